@@ -1,0 +1,1 @@
+"""The microbenchmark harness: the only sanctioned timer in rapid_llm."""

@@ -1,0 +1,340 @@
+"""Pick the row that answers a call, and say why every other row does not.
+
+Resolution runs once per (op, dtype, device, size bucket, capture state) and is
+cached; the per-call path is one dict lookup and the call. Rows are filtered
+(toolchain, dtype, device, golden, graph safety while capturing, arch) and the
+survivors ranked:
+
+1. rows with a measured latency for this device, dtype and size bucket, fastest
+   first (figures come from the benchmark results store);
+2. then unmeasured non-native rows by ``priority`` (higher first; UNMEASURED
+   ranks below every number, so it loses ties), then by backend preference
+   (external, aot, jit, triton: the more specialised code exists because it
+   was meant to beat the general one);
+3. the native floor last: it always survives, so an op always has an answer.
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+
+from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.spec import UNMEASURED, DTYPE_NAMES, KernelSpec, RegistryError
+
+__all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "size_bucket"]
+
+#: Groups whose rows ship with the package; imported on first dispatch or explain.
+SHIPPED_GROUPS = ("rapid_llm.kernels.ops.elementwise",)
+
+_BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native": 9}
+_TORCH_TO_NAME = {getattr(torch, attr): short for short, attr in DTYPE_NAMES.items() if hasattr(torch, attr)}
+
+_groups_loaded = False
+_ops: dict[str, "Op"] = {}
+
+
+def _load_shipped_groups() -> None:
+    global _groups_loaded
+    if _groups_loaded:
+        return
+    import importlib
+
+    for group in SHIPPED_GROUPS:
+        importlib.import_module(group)
+    _groups_loaded = True
+
+
+def size_bucket(numel: int) -> int:
+    """Power-of-two size class: dispatch and the results store agree on it."""
+    return int(numel).bit_length()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    try:
+        return _TORCH_TO_NAME[dtype]
+    except KeyError:
+        raise RegistryError(f"dtype {dtype} has no short name in rapid_llm") from None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What resolution depends on; the dispatch cache key."""
+
+    dtype: str
+    device: torch.device
+    bucket: int
+    capturing: bool = False
+
+    @property
+    def device_name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return "cpu"
+
+
+@dataclass(frozen=True)
+class RowVerdict:
+    """One row of an explanation."""
+
+    name: str
+    backend: str
+    verdict: str  # "chosen" | "outranked" | "filtered"
+    reason: str
+    priority: str
+    measured_us: float | None
+
+
+def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
+    """None when the row may run in ``ctx``; otherwise the exact reason it may not."""
+    if not row.is_native:
+        # The toolchain first: on a machine without CUDA that is the real reason, not the device.
+        try:
+            avail = row.probe(ctx.device)
+        except Exception as exc:  # a broken probe filters its row, loudly
+            return f"probe raised {type(exc).__name__}: {exc}"
+        if not avail:
+            return avail.reason or "toolchain unavailable"
+    if ctx.dtype not in row.dtypes:
+        return f"{ctx.dtype} not in dtypes ({', '.join(row.dtypes)})"
+    if ctx.device.type not in row.devices:
+        return f"{ctx.device.type} not in devices ({', '.join(row.devices)})"
+    if row.is_native:
+        return None
+    if not row.golden.verified:
+        return "golden unverified (verify it to make it eligible)"
+    if ctx.capturing and not row.graph_safe:
+        return "not graph safe (a CUDA graph is being captured)"
+    if row.min_sm is not None and ctx.device.type == "cuda":
+        from rapid_llm.kernels.ops.tile_policy import sm_version
+
+        sm = sm_version(ctx.device)
+        if sm < row.min_sm:
+            return f"needs sm_{row.min_sm}+, device is sm_{sm}"
+    return None
+
+
+def _measured(row: KernelSpec, ctx: Context) -> float | None:
+    from rapid_llm.bench import store
+
+    return store.lookup_latency(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
+
+
+def _rank_key(row: KernelSpec, measured: float | None, order: int) -> tuple:
+    if measured is not None:
+        return (0, measured, 0, 0, order)
+    if row.is_native:
+        return (2, 0.0, 0, 0, order)
+    prio = -math.inf if row.priority is UNMEASURED else float(row.priority)
+    return (1, 0.0, -prio, _BACKEND_PREFERENCE[row.backend], order)
+
+
+def _priority_text(row: KernelSpec) -> str:
+    return "UNMEASURED" if row.priority is UNMEASURED else f"{row.priority:g}"
+
+
+def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, float | None]]:
+    _load_shipped_groups()
+    rows = _spec.rows_for(op)
+    if not rows:
+        raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
+    if not any(r.is_native for r in rows):
+        raise RegistryError(
+            f"op {op!r} has no native row: register a plain-torch floor (backend='native') before dispatching it"
+        )
+    out = []
+    for row in rows:
+        reason = _filter_reason(row, ctx)
+        measured = _measured(row, ctx) if reason is None else None
+        out.append((row, reason, measured))
+    return out
+
+
+def _choose(evaluated: list[tuple[KernelSpec, str | None, float | None]]) -> list[tuple[KernelSpec, float | None]]:
+    survivors = [(i, row, m) for i, (row, reason, m) in enumerate(evaluated) if reason is None]
+    survivors.sort(key=lambda t: _rank_key(t[1], t[2], t[0]))
+    return [(row, m) for _, row, m in survivors]
+
+
+def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None) -> Context:
+    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    if first is not None:
+        dtype = first.dtype if dtype is None else dtype
+        device = first.device if device is None else device
+        numel = first.numel() if numel is None else numel
+    if dtype is None:
+        raise RegistryError(f"{op}: give an example tensor or dtype= to resolve a row")
+    if isinstance(dtype, str):
+        dtype_short = dtype if dtype in DTYPE_NAMES else dtype_name(getattr(torch, dtype))
+    else:
+        dtype_short = dtype_name(dtype)
+    device = torch.device(device if device is not None else "cpu")
+    if capturing is None:
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return Context(dtype_short, device, size_bucket(numel if numel is not None else 1), bool(capturing))
+
+
+def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
+            capturing: bool | None = None) -> KernelSpec:
+    """The row that a call of ``op`` with these tensors would run."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing)
+    return _choose(_evaluate(op, ctx))[0][0]
+
+
+class Op:
+    """A dispatching op: ``rapid_llm.kernels.scale(x, 2.0)`` is one of these.
+
+    The first tensor argument decides the row. The hot path reads dtype,
+    device and numel, looks the key up, and calls. Capture state is only
+    checked when the cached row is not graph safe, so graph-safe rows pay
+    nothing for it.
+    """
+
+    __slots__ = ("name", "_cache")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        key = (x.dtype, x.device, x.numel().bit_length())
+        try:
+            fn, safe = self._cache[key]
+        except KeyError:
+            fn, safe = self._fill(key, x, capturing=False)
+        if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
+            fn = self._capture_fn(key, x)
+        return fn(x, *args, **kwargs)
+
+    def _fill(self, key: tuple, x: torch.Tensor, capturing: bool) -> tuple[Callable[..., Any], bool]:
+        row = resolve(self.name, x, capturing=capturing)
+        entry = (row.load(), row.graph_safe)
+        self._cache[key if not capturing else key + (True,)] = entry
+        return entry
+
+    def _capture_fn(self, key: tuple, x: torch.Tensor) -> Callable[..., Any]:
+        entry = self._cache.get(key + (True,))
+        if entry is None:
+            entry = self._fill(key, x, capturing=True)
+        return entry[0]
+
+    def rows(self) -> list[KernelSpec]:
+        _load_shipped_groups()
+        return _spec.rows_for(self.name)
+
+    def __repr__(self) -> str:
+        return f"<rapid_llm op {self.name!r}>"
+
+
+def get_op(name: str) -> Op:
+    """The dispatching callable for ``name`` (created once, shared)."""
+    op = _ops.get(name)
+    if op is None:
+        op = _ops[name] = Op(name)
+    return op
+
+
+def clear_cache() -> None:
+    """Forget every resolution: rows changed, were re-verified, or new figures were measured."""
+    for op in _ops.values():
+        op._cache.clear()
+
+
+_spec.on_change(clear_cache)
+
+
+_VERDICT_COLOURS = {"chosen": "#d4f4dd", "outranked": "#fff3c4", "filtered": "#f6d5d5"}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Every row of an op with its verdict; prints as a table, renders as HTML."""
+
+    op: str
+    context: Context
+    rows: tuple[RowVerdict, ...]
+
+    @property
+    def chosen(self) -> RowVerdict:
+        return next(r for r in self.rows if r.verdict == "chosen")
+
+    def verdict(self, name: str) -> RowVerdict:
+        return next(r for r in self.rows if r.name == name)
+
+    def _header(self) -> str:
+        c = self.context
+        cap = ", capturing a CUDA graph" if c.capturing else ""
+        size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
+        return f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
+
+    def __str__(self) -> str:
+        cols = [("row", "name"), ("backend", "backend"), ("verdict", "verdict"), ("priority", "priority"),
+                ("measured", "measured_us"), ("why", "reason")]
+        table = [[h for h, _ in cols]]
+        for r in self.rows:
+            m = "-" if r.measured_us is None else f"{r.measured_us:.2f} us"
+            table.append([r.name, r.backend, r.verdict, r.priority, m, r.reason])
+        widths = [max(len(row[i]) for row in table[:]) for i in range(len(cols) - 1)]
+        lines = [self._header()]
+        for row in table:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in
+                       ("row", "backend", "verdict", "priority", "measured", "why"))
+        body = []
+        for r in self.rows:
+            m = "-" if r.measured_us is None else f"{r.measured_us:.2f} us"
+            cells = (r.name, r.backend, r.verdict, r.priority, m, r.reason)
+            tds = "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in cells)
+            body.append(f"<tr style='background:{_VERDICT_COLOURS[r.verdict]}'>{tds}</tr>")
+        return (f"<div><b>{html.escape(self._header())}</b><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
+            capturing: bool | None = None) -> Explanation:
+    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing)
+    evaluated = _evaluate(op, ctx)
+    ranked = _choose(evaluated)
+    winner, winner_m = ranked[0]
+    verdicts = []
+    for row, reason, measured in evaluated:
+        prio = _priority_text(row)
+        if reason is not None:
+            verdicts.append(RowVerdict(row.name, row.backend, "filtered", reason, prio, None))
+        elif row.name == winner.name:
+            verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, measured, len(ranked)), prio, measured))
+        else:
+            verdicts.append(RowVerdict(row.name, row.backend, "outranked",
+                                       _why_outranked(row, measured, winner, winner_m), prio, measured))
+    return Explanation(op, ctx, tuple(verdicts))
+
+
+def _why_chosen(row: KernelSpec, measured: float | None, n: int) -> str:
+    if n == 1:
+        return "the native floor: no other row survives the filters" if row.is_native else "the only surviving row"
+    if measured is not None:
+        return f"fastest measured ({measured:.2f} us)"
+    return f"highest priority among unmeasured rows ({_priority_text(row)}, backend {row.backend})"
+
+
+def _why_outranked(row: KernelSpec, measured: float | None, winner: KernelSpec, winner_m: float | None) -> str:
+    by = f"outranked by {winner.name}"
+    if winner_m is not None and measured is not None:
+        return f"{by}: {winner_m:.2f} us vs {measured:.2f} us measured ({measured / winner_m:.2f}x slower)"
+    if winner_m is not None:
+        return f"{by}: {winner.name} is measured ({winner_m:.2f} us), this row is not"
+    if row.is_native:
+        return f"{by}: the native floor answers only when no faster row survives"
+    if row.priority != winner.priority:
+        return f"{by}: priority {_priority_text(winner)} > {_priority_text(row)}"
+    return f"{by}: same priority, backend {winner.backend} preferred over {row.backend}"

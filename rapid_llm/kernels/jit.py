@@ -1,0 +1,336 @@
+"""Cached JIT compilation of CUDA sources, with a cache key that cannot go stale.
+
+The on-disk build directory is named by a hash of everything that changes the
+binary: the source text and the local headers it includes, the flags, the
+torch and CUDA versions and the target arch. Editing a source or a flag
+therefore builds afresh without a manual name bump, and an unchanged source
+loads from disk in a new process.
+
+A build is guarded by an ``flock`` on a file beside the build directory. The
+kernel drops an ``flock`` when its holder dies, so a build killed half-way
+(kernel restart, SIGKILL) never leaves a lock that hangs the next build, as
+torch's own ``lock`` file does; that file is removed while we hold ours. A
+finished build writes a manifest with the binary's sha256; a cached binary
+that does not match it (truncated, corrupted) is rebuilt, never loaded.
+
+Builders are pluggable (:class:`Builder`): torch's ``cpp_extension`` is the
+default, and a faster path can slot in beside it without callers changing.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator, Protocol, Sequence
+
+from rapid_llm.kernels.spec import Availability
+
+__all__ = [
+    "available",
+    "load_jit",
+    "build_jit",
+    "BuildRequest",
+    "BuildResult",
+    "BuildError",
+    "Builder",
+    "TorchExtensionBuilder",
+    "register_builder",
+    "cache_root",
+    "CSRC",
+]
+
+CSRC = Path(__file__).parent / "csrc"
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+MANIFEST = "rapid_llm_manifest.json"
+
+
+class BuildError(RuntimeError):
+    """A source failed to compile; the message carries the compiler's log."""
+
+    def __init__(self, message: str, log: str, source: Path) -> None:
+        super().__init__(message)
+        self.log = log
+        self.source = source
+
+
+def _nvcc_path() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return os.path.join(home, "bin", "nvcc")
+    return shutil.which("nvcc")
+
+
+def available(device: Any = None) -> Availability:
+    """Toolchain probe for JIT rows. Cheap: never compiles, never imports cpp_extension."""
+    import torch
+
+    if torch.version.cuda is None:
+        return Availability(False, f"torch {torch.__version__} is a CPU-only build (no CUDA runtime)")
+    if not torch.cuda.is_available():
+        return Availability(False, "no CUDA device visible (torch.cuda.is_available() is False)")
+    if _nvcc_path() is None:
+        return Availability(False, "nvcc not found (put the CUDA toolkit's bin on PATH or set CUDA_HOME)")
+    if shutil.which("ninja") is None and importlib.util.find_spec("ninja") is None:
+        return Availability(False, "ninja not found (pip install ninja)")
+    return Availability(True)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildRequest:
+    """Everything a builder needs; ``key`` names the build directory."""
+
+    name: str
+    source: Path
+    extra_cuda_cflags: tuple[str, ...]
+    key: str
+    build_dir: Path
+    verbose: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    module: ModuleType
+    cached: bool
+    seconds: float
+    build_dir: Path
+    builder: str
+
+
+class Builder(Protocol):
+    """Compiles a request into ``request.build_dir`` and returns the shared object's path."""
+
+    name: str
+
+    def build(self, request: BuildRequest) -> Path: ...
+
+
+def _module_name(request: BuildRequest) -> str:
+    return f"rapid_llm_jit_{request.name}_{request.key[:12]}"
+
+
+class TorchExtensionBuilder:
+    """torch.utils.cpp_extension with ninja: the reference path, torch headers and all."""
+
+    name = "torch-cpp-extension"
+
+    def build(self, request: BuildRequest) -> Path:
+        from torch.utils.cpp_extension import CUDA_HOME, load
+
+        if CUDA_HOME is None:
+            raise RuntimeError("JIT kernels need a CUDA toolkit (CUDA_HOME unset and nvcc not on PATH)")
+        mod_name = _module_name(request)
+        try:
+            load(
+                name=mod_name,
+                sources=[str(request.source)],
+                extra_cuda_cflags=list(request.extra_cuda_cflags),
+                build_directory=str(request.build_dir),
+                verbose=request.verbose,
+                is_python_module=True,
+            )
+        except RuntimeError as exc:
+            raise BuildError(
+                f"building {request.source.name} failed:\n{exc}", log=str(exc), source=request.source
+            ) from None
+        so = request.build_dir / f"{mod_name}.so"
+        if not so.exists():
+            found = sorted(request.build_dir.glob(f"{mod_name}*.so"))
+            if not found:
+                raise RuntimeError(f"build of {mod_name} produced no shared object in {request.build_dir}")
+            so = found[0]
+        return so
+
+
+_BUILDERS: dict[str, Builder] = {"torch": TorchExtensionBuilder()}
+DEFAULT_BUILDER = "torch"
+
+
+def register_builder(key: str, builder: Builder) -> None:
+    """Add a build path (for example a direct nvcc build without torch headers)."""
+    _BUILDERS[key] = builder
+
+
+def cache_root() -> Path:
+    root = os.environ.get("RAPID_LLM_CACHE_DIR")
+    if root:
+        return Path(root) / "jit"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "rapid_llm" / "jit"
+
+
+def _local_sources(source: Path, seen: set[Path] | None = None) -> list[Path]:
+    """The source plus every local header it includes, transitively (they change the binary too)."""
+    seen = set() if seen is None else seen
+    source = source.resolve()
+    if source in seen:
+        return []
+    seen.add(source)
+    out = [source]
+    for inc in _INCLUDE_RE.findall(source.read_text(errors="replace")):
+        path = (source.parent / inc)
+        if path.exists():
+            out.extend(_local_sources(path, seen))
+    return out
+
+
+@functools.cache
+def _toolchain_fingerprint() -> str:
+    import torch
+
+    nvcc = _nvcc_path()
+    version = ""
+    if nvcc:
+        try:
+            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            version = "unknown"
+    return f"torch={torch.__version__};cuda={torch.version.cuda};nvcc={version.strip().splitlines()[-1:] }"
+
+
+def _arch_list() -> str:
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if env:
+        return env
+    import torch
+
+    if torch.cuda.is_available():
+        caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+        return ";".join(f"{a}.{b}" for a, b in sorted(caps))
+    return "none"
+
+
+def cache_key(source: Path, extra_cuda_cflags: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for path in _local_sources(source):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    h.update(repr(tuple(extra_cuda_cflags)).encode())
+    h.update(_toolchain_fingerprint().encode())
+    h.update(_arch_list().encode())
+    h.update(sys.version.encode())
+    return h.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _build_lock(build_dir: Path) -> Iterator[None]:
+    """Exclusive flock beside the build dir; the kernel releases it if we die."""
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(build_dir.parent / f"{build_dir.name}.flock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _cached_binary(build_dir: Path) -> Path | None:
+    """The manifest's binary if it is intact; a mismatch wipes the directory so it is rebuilt."""
+    manifest = build_dir / MANIFEST
+    if not manifest.exists():
+        return None
+    try:
+        info = json.loads(manifest.read_text())
+        so = build_dir / info["binary"]
+        if so.exists() and _sha256(so) == info["sha256"]:
+            return so
+    except (ValueError, KeyError, OSError):
+        pass
+    shutil.rmtree(build_dir, ignore_errors=True)
+    return None
+
+
+def _import_binary(request: BuildRequest, so: Path) -> ModuleType:
+    mod_name = _module_name(request)
+    existing = sys.modules.get(mod_name)
+    if existing is not None and getattr(existing, "__file__", None) == str(so):
+        return existing
+    spec = importlib.util.spec_from_file_location(mod_name, so)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {so}")
+    import torch  # noqa: F401  (the extension links against libtorch; it must be loaded first)
+
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[mod_name] = module
+    return module
+
+
+def resolve_source(source: str | os.PathLike) -> Path:
+    path = Path(source)
+    if not path.is_absolute():
+        path = CSRC / path
+    if not path.is_file():
+        raise FileNotFoundError(f"JIT source {path} does not exist")
+    return path
+
+
+def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequence[str] = ("-O3",),
+              builder: str | None = None, verbose: bool = False) -> BuildResult:
+    """Build (or load from the disk cache) ``source``; hashes the source on every call.
+
+    Use this where the source may have changed since the last call (the
+    notebook magic). The per-call path of a row uses :func:`load_jit`.
+    """
+    if not name.isidentifier():
+        raise ValueError(f"JIT module name must be an identifier, got {name!r}")
+    path = resolve_source(source)
+    flags = tuple(extra_cuda_cflags)
+    key = cache_key(path, flags)
+    build_dir = cache_root() / f"{name}_{key[:16]}"
+    request = BuildRequest(name, path, flags, key, build_dir, verbose)
+    chosen = _BUILDERS[builder or DEFAULT_BUILDER]
+    start = time.perf_counter()
+    so = _cached_binary(build_dir)
+    cached = so is not None
+    if so is None:
+        with _build_lock(build_dir):
+            so = _cached_binary(build_dir)  # another process may have finished it meanwhile
+            cached = so is not None
+            if so is None:
+                build_dir.mkdir(parents=True, exist_ok=True)
+                (build_dir / "lock").unlink(missing_ok=True)  # torch's baton, stale if a builder died
+                try:
+                    so = chosen.build(request)
+                except BaseException:
+                    (build_dir / "lock").unlink(missing_ok=True)
+                    raise
+                manifest = {"binary": so.name, "sha256": _sha256(so), "source": str(path),
+                            "flags": list(flags), "builder": chosen.name}
+                tmp = build_dir / (MANIFEST + ".tmp")
+                tmp.write_text(json.dumps(manifest, indent=1))
+                os.replace(tmp, build_dir / MANIFEST)
+    module = _import_binary(request, so)
+    return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name)
+
+
+@functools.cache
+def load_jit(name: str, source: str, *, extra_cuda_cflags: tuple[str, ...] = ("-O3",)) -> ModuleType:
+    """Compile ``csrc/<source>`` on first use in this process; return the extension module.
+
+    Memoised per process on (name, source, flags) so the per-call path costs
+    one dict lookup; the disk cache under it is keyed by content, so a new
+    process after an edit rebuilds. After editing a shipped source in a live
+    process, call ``load_jit.cache_clear()`` (the notebook magic rebuilds by
+    itself).
+    """
+    return build_jit(name, source, extra_cuda_cflags=extra_cuda_cflags).module

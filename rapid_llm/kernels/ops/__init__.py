@@ -1,0 +1,1 @@
+"""Op groups. Each group's ``__init__`` registers its KernelSpec rows."""

@@ -1,0 +1,1 @@
+"""IPython integration: the %%cuda_jit magic and the widgets."""
