@@ -15,6 +15,7 @@ survivors ranked:
 """
 from __future__ import annotations
 
+import functools
 import html
 import math
 from dataclasses import dataclass
@@ -71,9 +72,17 @@ class Context:
 
     @property
     def device_name(self) -> str:
-        if self.device.type == "cuda":
-            return torch.cuda.get_device_name(self.device)
-        return "cpu"
+        """The name results are stored under: the GPU's marketing name, or 'cpu'."""
+        return _device_name(self.device)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    if not torch.cuda.is_available():
+        return "cuda (no device visible)"
+    return torch.cuda.get_device_name(device)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ def _scale_kernel(out_ptr, in_ptr, factor, n, BLOCK: tl.constexpr):
     mask = offsets < n
     x = tl.load(in_ptr + offsets, mask=mask)
     y = x.to(tl.float32) * factor
-    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
 
 
 def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,36 @@
+"""Test-session set-up: Triton's interpreter on CPU-only machines, an isolated cache."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+# Triton reads this when a kernel is decorated, so it must be set before any
+# row module is imported: it is what lets CI run Triton rows for real on CPU.
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# JIT builds and benchmark results go to a throw-away directory unless the
+# caller points somewhere on purpose (a GPU run that wants warm builds).
+os.environ.setdefault("RAPID_LLM_CACHE_DIR", tempfile.mkdtemp(prefix="rapid_llm_test_cache_"))
+
+NO_CUDA_REASON = "needs a CUDA device (torch.cuda.is_available() is False)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason=NO_CUDA_REASON)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """The device rows are exercised on: CUDA when there is one, else CPU (Triton interpreted)."""
+    return torch.device("cuda" if HAS_CUDA else "cpu")

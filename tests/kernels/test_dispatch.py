@@ -1,0 +1,280 @@
+"""Dispatch: filters, ranking, caching and explain, with rows registered by the tests."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from rapid_llm.bench import store
+from rapid_llm.kernels import dispatch, spec
+from rapid_llm.kernels.spec import UNMEASURED, Availability, GoldenRecord, KernelSpec, RegistryError
+
+VERIFIED = GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/x")
+_ids = itertools.count()
+
+
+def _impl(tag):
+    def fn(x, *args, **kwargs):
+        return tag, args, kwargs
+    return fn
+
+
+@pytest.fixture
+def op(monkeypatch, tmp_path):
+    """A fresh op name with its native row; every row added through ``add`` is removed afterwards."""
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path))
+    name = f"t_op{next(_ids)}"
+    added: list[str] = []
+
+    def add(row_name, backend, **kw):
+        kw.setdefault("target", _impl(row_name))
+        kw.setdefault("devices", ("cpu", "cuda"))
+        kw.setdefault("golden", VERIFIED)
+        spec.register(KernelSpec(name=row_name, op=name, backend=backend, **kw))
+        added.append(row_name)
+
+    add(f"native/{name}", "native", priority=0)
+    add.name = name
+    yield add
+    for row in added:
+        spec.unregister(row)
+
+
+X = torch.ones(8)
+
+
+def test_priority_orders_rows(op):
+    op(f"triton/{op.name}_lo", "triton", priority=1)
+    op(f"triton/{op.name}_hi", "triton", priority=5)
+    assert dispatch.resolve(op.name, X).name == f"triton/{op.name}_hi"
+
+
+def test_unmeasured_loses_ties(op):
+    op(f"jit/{op.name}_unm", "jit", priority=UNMEASURED)
+    op(f"jit/{op.name}_zero", "jit", priority=0)
+    assert dispatch.resolve(op.name, X).name == f"jit/{op.name}_zero"
+    why = dispatch.explain(op.name, X).verdict(f"jit/{op.name}_unm").reason
+    assert "priority 0 > UNMEASURED" in why
+
+
+def test_backend_preference_breaks_equal_priority(op):
+    op(f"triton/{op.name}", "triton")
+    op(f"jit/{op.name}", "jit")
+    assert dispatch.resolve(op.name, X).name == f"jit/{op.name}"
+    assert "backend jit preferred over triton" in dispatch.explain(op.name, X).verdict(f"triton/{op.name}").reason
+
+
+def test_native_is_the_floor_when_others_unmeasured(op):
+    op(f"triton/{op.name}", "triton")
+    assert dispatch.resolve(op.name, X).name == f"triton/{op.name}"
+
+
+def test_measured_latency_outranks_static_priority(op):
+    fast, slow = f"triton/{op.name}_fast", f"jit/{op.name}_slow"
+    op(fast, "triton", priority=UNMEASURED)
+    op(slow, "jit", priority=100)
+    assert dispatch.resolve(op.name, X).name == slow
+    store.record(op.name, fast, "cpu", "fp32", 8, 2.0)
+    store.record(op.name, slow, "cpu", "fp32", 8, 5.0)
+    e = dispatch.explain(op.name, X)
+    assert e.chosen.name == fast and e.chosen.measured_us == 2.0
+    assert "2.00 us vs 5.00 us measured (2.50x slower)" in e.verdict(slow).reason
+
+
+def test_measured_native_can_win_small_sizes(op):
+    op(f"triton/{op.name}", "triton")
+    store.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)
+    store.record(op.name, f"triton/{op.name}", "cpu", "fp32", 8, 20.0)
+    assert dispatch.resolve(op.name, X).name == f"native/{op.name}"
+    # a size bucket far from the measured one falls back to static ranking
+    assert dispatch.resolve(op.name, torch.ones(1 << 20)).name == f"triton/{op.name}"
+
+
+def test_unverified_rows_are_excluded(op):
+    op(f"jit/{op.name}", "jit", golden=GoldenRecord(verified=False))
+    e = dispatch.explain(op.name, X)
+    assert e.chosen.name == f"native/{op.name}"
+    assert e.verdict(f"jit/{op.name}").reason.startswith("golden unverified")
+
+
+def test_missing_toolchain_is_filtered_with_its_reason(op):
+    op(f"jit/{op.name}", "jit", available=lambda device=None: Availability(False, "nvcc not found"))
+    e = dispatch.explain(op.name, X)
+    assert e.chosen.name == f"native/{op.name}"
+    v = e.verdict(f"jit/{op.name}")
+    assert (v.verdict, v.reason) == ("filtered", "nvcc not found")
+
+
+def test_plain_bool_probe_gets_a_reason(op):
+    op(f"jit/{op.name}", "jit", available=lambda: False)
+    assert "returned False" in dispatch.explain(op.name, X).verdict(f"jit/{op.name}").reason
+
+
+def test_raising_probe_filters_its_row(op):
+    def probe(device=None):
+        raise OSError("disk on fire")
+    op(f"jit/{op.name}", "jit", available=probe)
+    assert dispatch.explain(op.name, X).verdict(f"jit/{op.name}").reason == "probe raised OSError: disk on fire"
+
+
+def test_dtype_and_device_filters(op):
+    op(f"triton/{op.name}_bf16", "triton", dtypes=("bf16",))
+    op(f"jit/{op.name}_cuda", "jit", devices=("cuda",))
+    e = dispatch.explain(op.name, X)
+    assert e.verdict(f"triton/{op.name}_bf16").reason == "fp32 not in dtypes (bf16)"
+    assert e.verdict(f"jit/{op.name}_cuda").reason == "cpu not in devices (cuda)"
+
+
+def test_graph_unsafe_rows_are_filtered_while_capturing(op):
+    op(f"jit/{op.name}", "jit", graph_safe=False)
+    assert dispatch.resolve(op.name, X, capturing=False).name == f"jit/{op.name}"
+    e = dispatch.explain(op.name, X, capturing=True)
+    assert e.chosen.name == f"native/{op.name}"
+    assert e.verdict(f"jit/{op.name}").reason.startswith("not graph safe")
+
+
+def test_min_sm_filter_on_cuda_devices(op, monkeypatch):
+    from rapid_llm.kernels.ops import tile_policy
+
+    op(f"jit/{op.name}", "jit", min_sm=90)
+    monkeypatch.setattr(tile_policy, "sm_version", lambda device=None: 80)
+    e = dispatch.explain(op.name, dtype=torch.float32, device="cuda", capturing=False)
+    assert e.verdict(f"jit/{op.name}").reason == "needs sm_90+, device is sm_80"
+
+
+def test_call_dispatches_and_caches(op):
+    op(f"triton/{op.name}", "triton")
+    call = dispatch.get_op(op.name)
+    assert call(X, 2.0, out=None) == (f"triton/{op.name}", (2.0,), {"out": None})
+    assert len(call._cache) == 1
+    call(X, 3.0)
+    assert len(call._cache) == 1
+
+
+def test_registration_invalidates_the_cache(op):
+    call = dispatch.get_op(op.name)
+    assert call(X)[0] == f"native/{op.name}"
+    op(f"triton/{op.name}", "triton")
+    assert call(X)[0] == f"triton/{op.name}"
+
+
+def test_reverification_invalidates_the_cache(op):
+    op(f"jit/{op.name}", "jit", golden=GoldenRecord(verified=False))
+    call = dispatch.get_op(op.name)
+    assert call(X)[0] == f"native/{op.name}"
+    spec.update_golden(f"jit/{op.name}", VERIFIED)
+    assert call(X)[0] == f"jit/{op.name}"
+
+
+def test_new_measurements_invalidate_the_cache(op):
+    op(f"triton/{op.name}", "triton")
+    call = dispatch.get_op(op.name)
+    assert call(X)[0] == f"triton/{op.name}"
+    store.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)
+    assert call(X)[0] == f"native/{op.name}"
+
+
+def test_op_without_native_row_cannot_dispatch():
+    row = KernelSpec(name="triton/t_orphan", op="t_orphan", backend="triton", target=_impl("x"),
+                     devices=("cpu",), golden=VERIFIED)
+    spec.register(row)
+    try:
+        with pytest.raises(RegistryError, match="op 't_orphan' has no native row"):
+            dispatch.resolve("t_orphan", X)
+    finally:
+        spec.unregister(row.name)
+
+
+def test_unknown_op_raises():
+    with pytest.raises(RegistryError, match="unknown op 'no_such_op'"):
+        dispatch.resolve("no_such_op", X)
+
+
+def test_explain_needs_a_dtype(op):
+    with pytest.raises(RegistryError, match="give an example tensor or dtype="):
+        dispatch.explain(op.name)
+
+
+def test_explain_text_and_html(op):
+    op(f"jit/{op.name}", "jit", available=lambda device=None: Availability(False, "nvcc not found"))
+    op(f"triton/{op.name}", "triton")
+    e = dispatch.explain(op.name, dtype="bf16", device="cpu", numel=4097)
+    text = str(e)
+    assert "bf16 on cpu, numel in [2^12, 2^13)" in text
+    lines = text.splitlines()
+    assert lines[1].split()[:3] == ["row", "backend", "verdict"]
+    assert any(line.startswith(f"jit/{op.name}") and "filtered" in line and "nvcc not found" in line for line in lines)
+    html = e._repr_html_()
+    assert "<table>" in html and "nvcc not found" in html and "#d4f4dd" in html
+
+
+def test_scale_on_cpu_explains_every_row():
+    e = dispatch.explain("scale", torch.ones(8))
+    jit = e.verdict("jit/scale")
+    assert jit.verdict == "filtered"
+    if not torch.cuda.is_available():
+        assert "CPU-only build" in jit.reason or "no CUDA device" in jit.reason or "nvcc" in jit.reason
+        # under the interpreter (this test session) Triton outranks the floor on CPU
+        assert e.chosen.name == "triton/scale"
+        assert e.verdict("native/scale").verdict == "outranked"
+
+
+def test_scale_on_plain_cpu_chooses_native():
+    """Without TRITON_INTERPRET a CPU tensor has only the floor; every other row says why."""
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
+            "import torch; from rapid_llm.kernels import explain\n"
+            "e = explain('scale', torch.ones(8)); print(e)\n"
+            "print('CHOSEN', e.chosen.name)\n"
+            "print('TRITON', e.verdict('triton/scale').reason)\n"
+            "print('JIT', e.verdict('jit/scale').reason)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "CHOSEN native/scale" in out
+    assert "TRITON CPU tensors need TRITON_INTERPRET=1" in out
+    if not torch.cuda.is_available():
+        assert "CPU-only build" in out or "no CUDA device" in out
+
+
+def test_scale_dispatches_through_the_package():
+    import rapid_llm.kernels as K
+
+    out = K.scale(torch.arange(4.0), 2.0)
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+@pytest.mark.gpu
+def test_real_capture_skips_graph_unsafe_rows(op):
+    """During torch.cuda.graph capture the unsafe row is skipped; outside it, it wins again."""
+    calls = []
+
+    def unsafe(x, factor):
+        calls.append("unsafe")
+        return x * float(torch.tensor(factor).item())  # host value baked in: not replay safe
+
+    def native(x, factor):
+        calls.append("native")
+        return x * factor
+
+    spec.unregister(f"native/{op.name}")
+    op(f"native/{op.name}", "native", target=native)
+    op(f"jit/{op.name}", "jit", target=unsafe, graph_safe=False)
+    call = dispatch.get_op(op.name)
+    x = torch.ones(1024, device="cuda")
+    call(x, 2.0)
+    assert calls == ["unsafe"]
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        call(x, 2.0)  # warm the capture-side resolution outside capture too
+    torch.cuda.synchronize()
+    calls.clear()
+    with torch.cuda.graph(graph):
+        y = call(x, 3.0)
+    assert calls == ["native"]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full_like(x, 3.0))
+    assert dispatch.explain(op.name, x, capturing=True).verdict(f"jit/{op.name}").reason.startswith("not graph safe")

@@ -1,0 +1,29 @@
+"""Importing the package must stay cheap: no triton, no cpp_extension, no JIT loader."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("triton", "torch.utils.cpp_extension", "rapid_llm.kernels.jit", "matplotlib", "ipywidgets")
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_import_package_is_light():
+    assert _loaded_after("import rapid_llm") == set()
+
+
+def test_import_kernels_is_light():
+    assert _loaded_after("import rapid_llm.kernels") == set()
+    assert "torch" not in _loaded_after("import rapid_llm.kernels")
+
+
+def test_op_lookup_and_explain_on_cpu_stay_light():
+    code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
+            "import torch, rapid_llm.kernels as K\n"
+            "K.scale\nK.explain('scale', torch.ones(8))")
+    assert _loaded_after(code) <= {"rapid_llm.kernels.jit"}
