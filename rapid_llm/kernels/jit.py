@@ -9,9 +9,12 @@ loads from disk in a new process.
 A build is guarded by an ``flock`` on a file beside the build directory. The
 kernel drops an ``flock`` when its holder dies, so a build killed half-way
 (kernel restart, SIGKILL) never leaves a lock that hangs the next build, as
-torch's own ``lock`` file does; that file is removed while we hold ours. A
-finished build writes a manifest with the binary's sha256; a cached binary
-that does not match it (truncated, corrupted) is rebuilt, never loaded.
+torch's own ``lock`` file does. Each build runs in a fresh staging directory
+and is published by renaming it into place, manifest included: the cache
+directory is complete or absent, and neither a dead build's files (torch's
+``lock``, a half-written object) nor a compiler it orphaned can reach the next
+build. The manifest holds the binary's sha256; a cached binary that does not
+match it (truncated, corrupted) is rebuilt, never loaded.
 
 Builders are pluggable (:class:`Builder`): torch's ``cpp_extension`` is the
 default, and a faster path can slot in beside it without callers changing.
@@ -132,13 +135,16 @@ class TorchExtensionBuilder:
             raise RuntimeError("JIT kernels need a CUDA toolkit (CUDA_HOME unset and nvcc not on PATH)")
         mod_name = _module_name(request)
         try:
+            # is_python_module=False: torch only dlopens the library; build_jit
+            # imports it once, from the published directory (a second import
+            # would run the module's init twice).
             load(
                 name=mod_name,
                 sources=[str(request.source)],
                 extra_cuda_cflags=list(request.extra_cuda_cflags),
                 build_directory=str(request.build_dir),
                 verbose=request.verbose,
-                is_python_module=True,
+                is_python_module=False,
             )
         except RuntimeError as exc:
             raise BuildError(
@@ -243,20 +249,54 @@ def _build_lock(build_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _cached_binary(build_dir: Path) -> Path | None:
-    """The manifest's binary if it is intact; a mismatch wipes the directory so it is rebuilt."""
+def _cached_binary(build_dir: Path, repair: bool = False) -> Path | None:
+    """The manifest's binary if it is intact, else None.
+
+    ``repair`` (only under the build lock) also removes a directory that is
+    there but not intact, so the fresh build can be published in its place.
+    """
     manifest = build_dir / MANIFEST
-    if not manifest.exists():
-        return None
     try:
         info = json.loads(manifest.read_text())
         so = build_dir / info["binary"]
         if so.exists() and _sha256(so) == info["sha256"]:
             return so
-    except (ValueError, KeyError, OSError):
+    except (ValueError, KeyError, TypeError, OSError):
         pass
-    shutil.rmtree(build_dir, ignore_errors=True)
+    if repair and build_dir.exists():
+        shutil.rmtree(build_dir, ignore_errors=True)
     return None
+
+
+def _staging_dirs(build_dir: Path) -> list[Path]:
+    return sorted(build_dir.parent.glob(f"{build_dir.name}.staging-*"))
+
+
+def _build_and_publish(request: BuildRequest, builder: Builder) -> Path:
+    """Build into a fresh staging directory, then rename it to ``request.build_dir``.
+
+    Call with the build lock held. Staging directories left by dead builds
+    of the same key are removed first: holding the lock means nobody alive
+    is using them.
+    """
+    final = request.build_dir
+    for stale in _staging_dirs(final):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = final.parent / f"{final.name}.staging-{os.getpid()}-{os.urandom(4).hex()}"
+    staging.mkdir(parents=True)
+    try:
+        so = builder.build(dataclasses.replace(request, build_dir=staging))
+        so = Path(so)
+        if so.parent != staging:
+            raise RuntimeError(f"builder {builder.name!r} wrote {so} outside its build directory {staging}")
+        manifest = {"binary": so.name, "sha256": _sha256(so), "source": str(request.source),
+                    "flags": list(request.extra_cuda_cflags), "builder": builder.name}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final / so.name
 
 
 def _import_binary(request: BuildRequest, so: Path) -> ModuleType:
@@ -298,27 +338,20 @@ def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequen
     key = cache_key(path, flags)
     build_dir = cache_root() / f"{name}_{key[:16]}"
     request = BuildRequest(name, path, flags, key, build_dir, verbose)
-    chosen = _BUILDERS[builder or DEFAULT_BUILDER]
+    try:
+        chosen = _BUILDERS[builder or DEFAULT_BUILDER]
+    except KeyError:
+        raise ValueError(f"unknown JIT builder {builder!r}; registered: {', '.join(sorted(_BUILDERS))}") from None
     start = time.perf_counter()
     so = _cached_binary(build_dir)
     cached = so is not None
     if so is None:
         with _build_lock(build_dir):
-            so = _cached_binary(build_dir)  # another process may have finished it meanwhile
+            # Another process may have published it meanwhile; a broken one is removed here.
+            so = _cached_binary(build_dir, repair=True)
             cached = so is not None
             if so is None:
-                build_dir.mkdir(parents=True, exist_ok=True)
-                (build_dir / "lock").unlink(missing_ok=True)  # torch's baton, stale if a builder died
-                try:
-                    so = chosen.build(request)
-                except BaseException:
-                    (build_dir / "lock").unlink(missing_ok=True)
-                    raise
-                manifest = {"binary": so.name, "sha256": _sha256(so), "source": str(path),
-                            "flags": list(flags), "builder": chosen.name}
-                tmp = build_dir / (MANIFEST + ".tmp")
-                tmp.write_text(json.dumps(manifest, indent=1))
-                os.replace(tmp, build_dir / MANIFEST)
+                so = _build_and_publish(request, chosen)
     module = _import_binary(request, so)
     return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name)
 

@@ -258,8 +258,8 @@ def test_real_capture_skips_graph_unsafe_rows(op):
         calls.append("native")
         return x * factor
 
-    spec.unregister(f"native/{op.name}")
-    op(f"native/{op.name}", "native", target=native)
+    spec.register(KernelSpec(name=f"native/{op.name}", op=op.name, backend="native", target=native,
+                             devices=("cpu", "cuda")), replace=True)
     op(f"jit/{op.name}", "jit", target=unsafe, graph_safe=False)
     call = dispatch.get_op(op.name)
     x = torch.ones(1024, device="cuda")
