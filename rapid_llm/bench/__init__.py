@@ -1,1 +1,40 @@
-"""The microbenchmark harness: the only sanctioned timer in rapid_llm."""
+"""The microbenchmark harness: the only sanctioned timer in rapid_llm.
+
+``bench`` times GPU work with CUDA events and a cold L2, ``bench_stateful``
+resets mutated inputs outside the timed region, ``bench_host`` measures the
+host-side cost per call, ``copy_roofline`` is the bandwidth the rest is
+compared with, and ``bench_op`` times every eligible row of an op and records
+the medians that dispatch ranks rows by. Names load on first use, so
+importing this package costs nothing (``store`` is imported by dispatch).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "BenchResult": ("rapid_llm.bench.harness", "BenchResult"),
+    "bench": ("rapid_llm.bench.harness", "bench"),
+    "bench_stateful": ("rapid_llm.bench.harness", "bench_stateful"),
+    "bench_host": ("rapid_llm.bench.harness", "bench_host"),
+    "copy_roofline": ("rapid_llm.bench.roofline", "copy_roofline"),
+    "bench_op": ("rapid_llm.bench.ops", "bench_op"),
+    "OpMeasurement": ("rapid_llm.bench.ops", "OpMeasurement"),
+    "CaseArgs": ("rapid_llm.bench.cases", "CaseArgs"),
+    "register_case": ("rapid_llm.bench.cases", "register_case"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rapid_llm.bench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return [*__all__, "store"]

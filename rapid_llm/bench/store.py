@@ -16,7 +16,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["results_dir", "results_path", "record", "lookup_latency", "entries", "load", "merge_file", "clear"]
+__all__ = [
+    "results_dir",
+    "results_path",
+    "record",
+    "record_meta",
+    "meta",
+    "lookup_latency",
+    "entries",
+    "load",
+    "load_file",
+    "export",
+    "merge_file",
+    "clear",
+    "committed_results",
+]
 
 _lock = threading.Lock()
 _loaded: dict[Path, tuple[float, dict[str, Any]]] = {}
@@ -57,14 +71,23 @@ def load(device_name: str) -> dict[str, Any]:
         cached = _loaded.get(path)
         if cached and cached[0] == mtime:
             return cached[1]
-        try:
-            doc = json.loads(path.read_text())
-            if not isinstance(doc.get("entries"), dict):
-                raise ValueError("no 'entries' table")
-        except (ValueError, OSError) as exc:
-            raise RuntimeError(f"benchmark results file {path} is unreadable ({exc}); delete it to start over") from exc
+        doc = load_file(path)
         _loaded[path] = (mtime, doc)
         return doc
+
+
+def load_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a results document (the store's own files, or a committed copy)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("entries"), dict):
+            raise ValueError("no 'entries' table")
+        if not isinstance(doc.get("device"), str):
+            raise ValueError("no 'device' name")
+    except (ValueError, OSError) as exc:
+        raise RuntimeError(f"benchmark results file {path} is unreadable ({exc}); delete it to start over") from exc
+    return doc
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
@@ -108,6 +131,20 @@ def record(op: str, row: str, device_name: str, dtype: str, numel: int, median_u
     _write(results_path(device_name), doc)
 
 
+def record_meta(device_name: str, **fields: Any) -> None:
+    """Store facts about the device's measurements (copy roofline, versions, date) beside them."""
+    doc = dict(load(device_name))
+    doc["device"] = device_name
+    doc.setdefault("entries", {})
+    doc["meta"] = {**doc.get("meta", {}), **fields}
+    _write(results_path(device_name), doc)
+
+
+def meta(device_name: str) -> dict[str, Any]:
+    """The facts recorded with :func:`record_meta` (empty when none)."""
+    return dict(load(device_name).get("meta", {}))
+
+
 def lookup_latency(op: str, row: str, device_name: str, dtype: str, bucket: int) -> float | None:
     """Median latency (us) of ``row`` at the nearest measured bucket, or None when unmeasured."""
     entries = load(device_name)["entries"]
@@ -127,14 +164,47 @@ def entries(device_name: str, op: str | None = None) -> list[dict[str, Any]]:
 
 def merge_file(path: str | os.PathLike) -> str:
     """Merge a results file (such as a committed benchmarks/results copy) into the store; returns its device."""
-    doc = json.loads(Path(path).read_text())
+    doc = load_file(path)
     device_name = doc["device"]
     mine = dict(load(device_name))
     merged = dict(mine.get("entries", {}))
     merged.update(doc["entries"])
-    mine.update(device=device_name, entries=merged)
+    mine.update(device=device_name, entries=merged, meta={**mine.get("meta", {}), **doc.get("meta", {})})
     _write(results_path(device_name), mine)
     return device_name
+
+
+def export(device_name: str, path: str | os.PathLike, op: str | None = None) -> Path:
+    """Write a device's measurements (optionally one op's) to ``path``, in the store's own format."""
+    doc = load(device_name)
+    chosen = {k: e for k, e in doc["entries"].items() if op is None or e["op"] == op}
+    out = {"device": device_name, "entries": chosen, "meta": doc.get("meta", {})}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def _project_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def committed_results(start: str | os.PathLike | None = None) -> list[Path]:
+    """Results files committed under ``benchmarks/results/`` of the project.
+
+    The project root is found by walking up from ``start`` (default: the
+    working directory) to a ``pyproject.toml``, then from the package's own
+    location, so a notebook opened anywhere inside a checkout finds them.
+    """
+    candidates = [Path(start) if start is not None else Path.cwd(), Path(__file__).resolve().parent]
+    for origin in candidates:
+        root = _project_root(origin.resolve())
+        if root is not None and (root / "benchmarks" / "results").is_dir():
+            return sorted((root / "benchmarks" / "results").glob("*.json"))
+    return []
 
 
 def clear(device_name: str) -> None:
