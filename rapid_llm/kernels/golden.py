@@ -1,0 +1,460 @@
+"""Golden verification: is a row right, and where exactly does it differ?
+
+``verify(row)`` runs the row and its baseline row on the op's reference input
+set (every dtype the row declares, sizes 1 / 4097 / large, the op's edge
+shapes and values) next to a float64 oracle, and reports per dtype the
+largest absolute and relative error, the worst elements and pass/fail. The
+verdict is written into the registry, so a row that passes becomes eligible
+for dispatch and one that fails stops being so.
+
+The tolerance rule, per element ``i`` (``eps`` and ``tiny`` of the row's dtype)::
+
+    allowed_i = max(k * |baseline_i - exact_i|,  ulps * eps * |exact_i| + tiny)
+
+A row passes a dtype when ``|row_i - exact_i| <= allowed_i`` for every
+element. The second term admits any result within ``ulps`` units of
+relative precision of the exact answer (default 2: one correct rounding is
+half of one, and computing in fp32 before rounding to a half type adds a
+little); ``tiny`` lets subnormal results flush to zero. The first term
+lets an op whose floor is itself approximate (a reduction, say) set its own
+bar: a row may be ``k`` (default 2) times as far off as the baseline at
+that element. Comparing element by element, rather than maxima, is what
+stops large values from hiding a wrong small one. An explicit ``tolerance``
+replaces the rule with an absolute bound per dtype.
+
+Results are compared through ``out=`` buffers filled with NaN beforehand (by
+the op's reference ``call``), so a kernel that leaves ``out`` untouched, or
+skips a tail, fails; NaN in a result counts as an infinite error unless the
+exact answer is NaN too.
+"""
+from __future__ import annotations
+
+import html
+import importlib
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
+
+__all__ = [
+    "GoldenError",
+    "Reference",
+    "ElementDiff",
+    "DtypeResult",
+    "GoldenReport",
+    "register_reference",
+    "get_reference",
+    "reference_cases",
+    "verify",
+    "CPU_SIZES",
+    "CUDA_SIZES",
+]
+
+#: Modules whose import registers the shipped ops' references.
+SHIPPED_REFERENCES = ("rapid_llm.kernels.golden_inputs",)
+#: Default sizes: a single element, one past a 4096 block, and a large size. The
+#: CPU set stays modest because Triton rows there run in its interpreter.
+CPU_SIZES = (1, 4097, 65536)
+CUDA_SIZES = (1, 4097, 1 << 24)
+#: Worst elements kept per dtype, and how many |diff| values feed the histogram.
+TOP_K = 5
+HISTOGRAM_SAMPLES = 200_000
+
+
+class GoldenError(RuntimeError):
+    """Verification cannot run (no reference for the op, or the row cannot run here)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """How to check an op: inputs, the exact answer, and how to call a row.
+
+    ``make_inputs(shape, dtype, device, generator)`` returns positional args;
+    ``oracle(*args)`` returns the exact result in float64; ``call(fn, *args)``
+    returns the tensor to compare (default ``fn(*args)``; ops with ``out=``
+    should pass a NaN-filled buffer and return it); ``edge_cases(dtype,
+    device, generator)`` returns ``[(label, args), ...]``.
+    """
+
+    op: str
+    make_inputs: Callable[..., tuple]
+    oracle: Callable[..., torch.Tensor]
+    call: Callable[..., torch.Tensor] | None = None
+    edge_cases: Callable[..., list[tuple[str, tuple]]] | None = None
+    ulps: float = 2.0
+    baseline_factor: float = 2.0
+
+
+_references: dict[str, Reference] = {}
+_shipped_loaded = False
+
+
+def register_reference(op: str, make_inputs: Callable[..., tuple], oracle: Callable[..., torch.Tensor], *,
+                       call: Callable[..., torch.Tensor] | None = None,
+                       edge_cases: Callable[..., list[tuple[str, tuple]]] | None = None,
+                       ulps: float = 2.0, baseline_factor: float = 2.0) -> Reference:
+    """Register (or, re-running a notebook cell, replace) the reference set of ``op``."""
+    if not isinstance(op, str) or not op.isidentifier():
+        raise GoldenError(f"register_reference: op must be an identifier, got {op!r}")
+    for name, fn in (("make_inputs", make_inputs), ("oracle", oracle), ("call", call), ("edge_cases", edge_cases)):
+        if fn is not None and not callable(fn):
+            raise GoldenError(f"register_reference({op!r}): {name} must be callable, got {type(fn).__name__}")
+    if not ulps > 0 or not baseline_factor >= 1:
+        raise GoldenError(f"register_reference({op!r}): need ulps > 0 and baseline_factor >= 1")
+    ref = Reference(op, make_inputs, oracle, call, edge_cases, float(ulps), float(baseline_factor))
+    _references[op] = ref
+    return ref
+
+
+def get_reference(op: str) -> Reference:
+    global _shipped_loaded
+    if not _shipped_loaded:
+        for module in SHIPPED_REFERENCES:
+            importlib.import_module(module)
+        _shipped_loaded = True
+    try:
+        return _references[op]
+    except KeyError:
+        raise GoldenError(
+            f"op {op!r} has no golden reference; register one with "
+            f"rapid_llm.kernels.golden.register_reference (known: {', '.join(sorted(_references)) or 'none'})"
+        ) from None
+
+
+def reference_cases(op: str, dtype: torch.dtype, device: torch.device,
+                    sizes: Sequence[int]) -> list[tuple[str, tuple]]:
+    """The labelled input sets a row of ``op`` is checked on; deterministic per (op, dtype)."""
+    ref = get_reference(op)
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{op}|{dtype}".encode()))
+    cases = [(f"numel={n}", ref.make_inputs((int(n),), dtype, device, gen)) for n in sizes]
+    if ref.edge_cases is not None:
+        cases.extend(ref.edge_cases(dtype, device, gen))
+    return cases
+
+
+# ------------------------------------------------------------------ report
+
+
+@dataclass(frozen=True)
+class ElementDiff:
+    """One element where a row and the exact answer differ: where, by how much, and the values."""
+
+    case: str
+    index: tuple[int, ...]
+    row_value: float
+    exact_value: float
+    baseline_value: float | None
+    abs_diff: float
+    allowed: float
+
+    @property
+    def ratio(self) -> float:
+        """How many times the allowed error this element is off (> 1 fails)."""
+        if self.abs_diff == 0:
+            return 0.0
+        return math.inf if self.allowed == 0 else self.abs_diff / self.allowed
+
+
+@dataclass(frozen=True)
+class DtypeResult:
+    """The verdict for one dtype over every reference case."""
+
+    dtype: str
+    passed: bool
+    max_abs_diff: float
+    max_rel_diff: float
+    max_abs_diff_vs_baseline: float | None
+    baseline_max_abs_diff: float | None
+    n_elements: int
+    n_bad: int
+    worst: tuple[ElementDiff, ...]
+    rule: str
+    error: str | None = None
+    diff_sample: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def worst_element(self) -> ElementDiff | None:
+        return self.worst[0] if self.worst else None
+
+    @property
+    def recorded_diff(self) -> float:
+        """What the GoldenRecord keeps: the diff against the baseline row (against exact without one)."""
+        return self.max_abs_diff if self.max_abs_diff_vs_baseline is None else self.max_abs_diff_vs_baseline
+
+
+@dataclass(frozen=True)
+class GoldenReport:
+    """Verification of one row; prints as a table, renders as the golden widget in a notebook."""
+
+    row: str
+    op: str
+    baseline: str
+    device: str
+    results: tuple[DtypeResult, ...]
+    record: GoldenRecord
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def __getitem__(self, dtype: str) -> DtypeResult:
+        for r in self.results:
+            if r.dtype == dtype:
+                return r
+        raise KeyError(f"{self.row}: no result for dtype {dtype!r} (have {', '.join(r.dtype for r in self.results)})")
+
+    def regressions(self, record: GoldenRecord) -> list[str]:
+        """Dtypes whose measured diff against the baseline exceeds what ``record`` promises.
+
+        A shipped row's test calls this with the row's committed record: the
+        test fails when the kernel got less accurate than it claimed.
+        """
+        promised = dict(record.per_dtype)
+        out = []
+        for r in self.results:
+            limit = promised.get(r.dtype, record.max_abs_diff)
+            if limit is None:
+                continue
+            if not r.passed or not r.recorded_diff <= limit:
+                out.append(f"{r.dtype}: measured {r.recorded_diff:.3g} vs recorded {limit:.3g}"
+                           + ("" if r.passed else " (and it fails the tolerance)"))
+        return out
+
+    def _header(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return f"golden {self.row} vs {self.baseline} and the float64 oracle on {self.device}: {verdict}"
+
+    def __str__(self) -> str:
+        lines = [self._header()]
+        head = ("dtype", "verdict", "max abs", "max rel", "vs baseline", "baseline err", "bad/elements", "worst element")
+        rows = [head]
+        for r in self.results:
+            w = r.worst_element
+            worst = r.error or ("-" if w is None else
+                                f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
+            rows.append((r.dtype, "pass" if r.passed else "FAIL", f"{r.max_abs_diff:.3g}", f"{r.max_rel_diff:.3g}",
+                         _fmt(r.max_abs_diff_vs_baseline), _fmt(r.baseline_max_abs_diff),
+                         f"{r.n_bad}/{r.n_elements}", worst))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+        for row in rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+        rules = sorted({r.rule for r in self.results})
+        lines.append("rule: " + "; ".join(rules))
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in
+                       ("dtype", "verdict", "max abs", "max rel", "vs baseline", "baseline err", "bad / elements",
+                        "worst element"))
+        body = []
+        for r in self.results:
+            w = r.worst_element
+            worst = r.error or ("-" if w is None else
+                                f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
+            cells = (r.dtype, "pass" if r.passed else "FAIL", f"{r.max_abs_diff:.3g}", f"{r.max_rel_diff:.3g}",
+                     _fmt(r.max_abs_diff_vs_baseline), _fmt(r.baseline_max_abs_diff), f"{r.n_bad} / {r.n_elements}",
+                     worst)
+            colour = "#d4f4dd" if r.passed else "#f6d5d5"
+            tds = "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in cells)
+            body.append(f"<tr style='background:{colour}'>{tds}</tr>")
+        return (f"<div><b>{html.escape(self._header())}</b><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(body)}</tbody></table></div>")
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """In a notebook: the golden widget (histogram, worst elements); elsewhere the tables above."""
+        try:
+            from rapid_llm.notebook.widgets import golden_widget
+        except ImportError:
+            return {"text/plain": str(self), "text/html": self._repr_html_()}
+        return golden_widget(self)._repr_mimebundle_(include, exclude)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def _abs_diff(got: torch.Tensor, want: torch.Tensor, want_rounded: torch.Tensor) -> torch.Tensor:
+    """|got - want| in float64; agreeing infinities and NaNs count as exact, any other NaN as infinite."""
+    d = (got - want).abs()
+    agree = (torch.isinf(want_rounded) & (got == want_rounded)) | (torch.isnan(got) & torch.isnan(want))
+    d = torch.where(agree, torch.zeros_like(d), d)
+    return torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)
+
+
+def _to64(args: tuple) -> tuple:
+    return tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
+
+@dataclass
+class _Acc:
+    """Running reduction over one dtype's cases."""
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    vs_base: float | None = None
+    base_err: float | None = None
+    n: int = 0
+    bad: int = 0
+    worst: list[ElementDiff] = field(default_factory=list)
+    samples: list[torch.Tensor] = field(default_factory=list)
+    error: str | None = None
+
+
+def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor, base: torch.Tensor | None,
+                  dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool) -> None:
+    if got.shape != exact.shape:
+        raise GoldenError(f"case {label}: row returned shape {tuple(got.shape)}, expected {tuple(exact.shape)}")
+    info = torch.finfo(dtype)
+    got64 = got.to(torch.float64)
+    exact_rounded = exact.to(dtype).to(torch.float64)
+    d = _abs_diff(got64, exact, exact_rounded)
+    if abs_tol is not None:
+        allowed = torch.full_like(d, abs_tol)
+    else:
+        allowed = ref.ulps * info.eps * exact.abs().nan_to_num(posinf=0.0) + info.tiny
+    base64 = None
+    if base is not None:
+        base64 = base.to(torch.float64)
+        base_err = _abs_diff(base64, exact, exact_rounded)
+        if abs_tol is None and base_sets_bar:  # where the baseline is infinitely off it sets no bar
+            finite_err = torch.where(torch.isfinite(base_err), base_err, torch.zeros_like(base_err))
+            allowed = torch.maximum(allowed, ref.baseline_factor * finite_err)
+        acc.base_err = max(acc.base_err or 0.0, float(base_err.max()))
+        acc.vs_base = max(acc.vs_base or 0.0, float(_abs_diff(got64, base64, base64).max()))
+    rel = (d / exact.abs().clamp_min(info.tiny).nan_to_num(nan=info.tiny)).nan_to_num(nan=math.inf)
+    ratio = torch.where(d == 0, torch.zeros_like(d), d / allowed)
+    acc.max_abs = max(acc.max_abs, float(d.max()))
+    acc.max_rel = max(acc.max_rel, float(rel.max()))
+    acc.n += d.numel()
+    acc.bad += int((d > allowed).sum())
+    flat = ratio.flatten()
+    top = torch.topk(flat, min(TOP_K, flat.numel())).indices.tolist()
+    for i in top:
+        idx = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), d.shape)) if d.dim() else ()
+        acc.worst.append(ElementDiff(label, idx, got64.flatten()[i].item(), exact.flatten()[i].item(),
+                                     None if base64 is None else base64.flatten()[i].item(),
+                                     d.flatten()[i].item(), allowed.flatten()[i].item()))
+    acc.worst.sort(key=lambda e: (-e.ratio, -e.abs_diff))
+    del acc.worst[TOP_K:]
+    step = max(1, d.numel() // max(budget, 1))
+    acc.samples.append(d.flatten()[::step].to("cpu", torch.float64))
+
+
+def _pick_device(row: KernelSpec, device: Any) -> torch.device:
+    if device is None:
+        cuda = torch.cuda.is_available()
+        device = "cuda" if cuda and "cuda" in row.devices else ("cpu" if "cpu" in row.devices else "cuda")
+    device = torch.device(device)
+    if device.type not in row.devices:
+        raise GoldenError(f"cannot verify {row.name} on {device.type}: it runs on {', '.join(row.devices)} only")
+    avail = row.probe(device)
+    if not avail:
+        raise GoldenError(
+            f"cannot verify {row.name} on {device.type}: {avail.reason or 'its toolchain probe says no'}; "
+            "the row stays as it was (unverified rows are not dispatched)"
+        )
+    return device
+
+
+def _baseline(row: KernelSpec) -> KernelSpec:
+    if row.golden.baseline:
+        return _spec.get_row(row.golden.baseline)
+    native = [r for r in _spec.rows_for(row.op) if r.is_native]
+    if not native:
+        raise GoldenError(f"op {row.op!r} has no native row to verify {row.name} against")
+    return native[0]
+
+
+def _abs_tolerance(tolerance: float | Mapping[str, float] | None, dtype: str) -> float | None:
+    if tolerance is None:
+        return None
+    if isinstance(tolerance, Mapping):
+        value = tolerance.get(dtype)
+    else:
+        value = tolerance
+    if value is not None and not value >= 0:
+        raise GoldenError(f"tolerance for {dtype} must be >= 0, got {value!r}")
+    return None if value is None else float(value)
+
+
+def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Callable | None, ref: Reference,
+                  dtype: str, device: torch.device, sizes: Sequence[int],
+                  tolerance: float | Mapping[str, float] | None) -> DtypeResult:
+    tdtype = getattr(torch, DTYPE_NAMES[dtype])
+    call = ref.call or (lambda f, *a: f(*a))
+    abs_tol = _abs_tolerance(tolerance, dtype)
+    rule = (f"|diff| <= {abs_tol:g}" if abs_tol is not None else
+            f"|diff| <= max({ref.baseline_factor:g} x baseline error, {ref.ulps:g} eps |exact| + tiny) per element")
+    cases = reference_cases(row.op, tdtype, device, sizes)
+    acc = _Acc()
+    budget = HISTOGRAM_SAMPLES // max(len(cases), 1)
+    for label, args in cases:
+        exact = ref.oracle(*_to64(args)).to(torch.float64)
+        try:
+            got = call(fn, *args)
+        except Exception as exc:  # a row that crashes on a reference case fails that dtype, with the reason shown
+            acc.error = f"{label}: {type(exc).__name__}: {exc}"
+            break
+        base_out = call(base_fn, *args) if base_fn is not None else None
+        _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name)
+    if acc.error is not None:
+        return DtypeResult(dtype, False, math.inf, math.inf, None, acc.base_err, acc.n, acc.bad, tuple(acc.worst),
+                           rule, acc.error)
+    sample = torch.cat(acc.samples) if acc.samples else torch.zeros(0, dtype=torch.float64)
+    return DtypeResult(dtype, acc.bad == 0, acc.max_abs, acc.max_rel, acc.vs_base, acc.base_err, acc.n, acc.bad,
+                       tuple(acc.worst), rule, None, sample)
+
+
+def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = None,
+           sizes: Sequence[int] | None = None, dtypes: Sequence[str] | None = None,
+           device: torch.device | str | None = None, record: bool = True) -> GoldenReport:
+    """Check ``row_name`` against its baseline row and the float64 oracle; record the verdict.
+
+    Runs on CUDA when the row supports it and a device is visible, else on
+    CPU (Triton rows there need ``TRITON_INTERPRET=1``). A row that cannot
+    run here raises :class:`GoldenError` saying why and is left untouched.
+    ``tolerance`` (a float, or dtype -> float) replaces the default rule
+    with an absolute bound. With ``record`` the registry gets a new
+    GoldenRecord: ``verified`` is the verdict, the diffs are against the
+    baseline row. The native floor is its own baseline: it runs twice, so its
+    record says whether it is deterministic, and only the oracle sets its bar.
+    """
+    from rapid_llm.kernels.dispatch import _load_shipped_groups
+
+    _load_shipped_groups()
+    row = _spec.get_row(row_name)
+    ref = get_reference(row.op)
+    dev = _pick_device(row, device)
+    base = _baseline(row)
+    fn = row.load()
+    base_fn = base.load()  # for the floor itself: a second run, so the record checks determinism
+    if dtypes is None:
+        dtypes = row.dtypes
+    unknown = [d for d in dtypes if d not in row.dtypes]
+    if unknown:
+        raise GoldenError(f"{row.name}: dtype {unknown[0]!r} is not among its dtypes ({', '.join(row.dtypes)})")
+    sizes = tuple(sizes) if sizes is not None else (CUDA_SIZES if dev.type == "cuda" else CPU_SIZES)
+    if not sizes or any(int(n) < 1 for n in sizes):
+        raise GoldenError(f"{row.name}: sizes must be positive element counts, got {sizes!r}")
+    results = tuple(
+        _verify_dtype(row, fn, base, base_fn if d in base.dtypes else None, ref, d, dev, sizes, tolerance)
+        for d in dtypes
+    )
+    passed = all(r.passed for r in results)
+    per_dtype = tuple((r.dtype, r.recorded_diff) for r in results)
+    golden = GoldenRecord(verified=passed, max_abs_diff=max(d for _, d in per_dtype), baseline=base.name,
+                          per_dtype=per_dtype)
+    if record:
+        _spec.update_golden(row.name, golden)
+    return GoldenReport(row.name, row.op, base.name, str(dev), results, golden)
