@@ -1,0 +1,383 @@
+"""Time a kernel the same way every time: the only timer in rapid_llm.
+
+GPU timing uses CUDA events around each call. Three things keep the figures
+honest:
+
+* cold L2: when one argument set fits in the cache, the call cycles through
+  clones of its tensors whose total exceeds ``COLD_FACTOR`` times the L2 size
+  the device reports, so every call reads from HBM as it would in a model;
+* no host gaps: a short ``torch.cuda._sleep`` keeps the GPU busy while the
+  host queues the timed calls, so the events bracket GPU work, not launch
+  latency (``bench_host`` measures that cost separately);
+* order statistics: the median and the 20th/80th percentiles of per-call
+  times, never the mean, which one preempted call would drag.
+
+On CPU tensors the same entry points time with ``perf_counter_ns`` loops and
+label the result as CPU numbers.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+__all__ = [
+    "BenchResult",
+    "bench",
+    "bench_stateful",
+    "bench_host",
+    "rotation_sets",
+    "device_of",
+    "device_label",
+    "l2_bytes",
+]
+
+DEFAULT_WARMUP = 5
+DEFAULT_REPEATS = 50
+#: Rotating argument sets must cover this many L2 sizes for a call to find the cache cold.
+COLD_FACTOR = 3
+#: Upper bound on rotating sets: below ~50 KB per set a kernel is launch-latency bound and
+#: L2 residency no longer moves its time, so more clones would only cost memory and graph nodes.
+MAX_ROTATION_SETS = 1024
+#: Longest the GPU is held idle while the host queues timed calls.
+_MAX_HOLD_US = 50_000.0
+#: Host cost of queueing one timed call (two events and a launch), generously.
+_QUEUE_US_PER_CALL = 30.0
+#: CPU samples aim for this much work each, so timer resolution never matters.
+_CPU_SAMPLE_NS = 1_000_000
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Per-call latency figures of one benchmark, plus throughput when the work size is known.
+
+    ``kind`` is ``"cuda"`` (GPU time from CUDA events), ``"cpu"`` (a CPU
+    computation timed on the host) or ``"host"`` (host-side cost per call of
+    whatever ``fn`` does, e.g. dispatch overhead before a GPU launch).
+    """
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    repeats: int
+    device: str
+    kind: str
+    bytes_moved: int | None = None
+    flops: int | None = None
+    roofline_gbps: float | None = None
+    cold_l2: bool = False
+    rotation_sets: int = 1
+    graph: bool = False
+    label: str = ""
+    samples_us: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def is_cpu(self) -> bool:
+        """True when these are not GPU-kernel times (CPU work, or host-side cost)."""
+        return self.kind != "cuda"
+
+    @property
+    def gbps(self) -> float | None:
+        if self.bytes_moved is None:
+            return None
+        return self.bytes_moved / (self.median_us * 1e-6) / 1e9
+
+    @property
+    def tflops(self) -> float | None:
+        if self.flops is None:
+            return None
+        return self.flops / (self.median_us * 1e-6) / 1e12
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        """Achieved bandwidth over the copy bandwidth the harness measured on this device."""
+        gbps = self.gbps
+        if gbps is None or not self.roofline_gbps:
+            return None
+        return gbps / self.roofline_gbps
+
+    def figures(self) -> dict[str, Any]:
+        """The numbers worth storing: latency percentiles and derived throughput."""
+        out = {k: v for k, v in asdict(self).items() if k != "samples_us"}
+        out.update(gbps=self.gbps, tflops=self.tflops, roofline_fraction=self.roofline_fraction)
+        return out
+
+    def __str__(self) -> str:
+        parts = [f"{self.median_us:.2f} us (p20 {self.p20_us:.2f}, p80 {self.p80_us:.2f}, n={self.repeats})"]
+        if self.gbps is not None:
+            parts.append(f"{self.gbps:.1f} GB/s")
+        if self.roofline_fraction is not None:
+            parts.append(f"{100 * self.roofline_fraction:.0f}% of copy")
+        if self.tflops is not None:
+            parts.append(f"{self.tflops:.2f} TFLOP/s")
+        where = {"cuda": self.device, "cpu": f"CPU numbers, {self.device}", "host": f"host-side cost, {self.device}"}
+        tag = where[self.kind]
+        if self.graph:
+            tag += ", CUDA graph"
+        label = f"{self.label}: " if self.label else ""
+        return f"{label}{', '.join(parts)} [{tag}]"
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    return [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+
+
+def device_of(args: tuple, kwargs: dict | None = None) -> torch.device:
+    """The device the call runs on: that of its first CUDA tensor, else CPU."""
+    for t in _tensors(args, kwargs or {}):
+        if t.is_cuda:
+            return t.device
+    return torch.device("cpu")
+
+
+def device_label(device: torch.device) -> str:
+    """The name figures are stored under: the GPU's name, or ``cpu`` (what dispatch looks up)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def l2_bytes(device: torch.device) -> int:
+    """The L2 size the device reports (0 for CPU: no rotation there)."""
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).L2_cache_size)
+
+
+def _set_bytes(args: tuple, kwargs: dict) -> int:
+    seen: dict[int, int] = {}
+    for t in _tensors(args, kwargs):
+        seen[t.data_ptr()] = max(seen.get(t.data_ptr(), 0), t.numel() * t.element_size())
+    return sum(seen.values())
+
+
+def rotation_sets(set_bytes: int, l2: int) -> int:
+    """How many argument sets to cycle through so that each call finds L2 cold.
+
+    One set is enough when it alone exceeds ``COLD_FACTOR`` x L2 (or there is
+    no L2 to defeat); otherwise enough clones to cover that, capped at
+    ``MAX_ROTATION_SETS``.
+    """
+    if l2 <= 0 or set_bytes <= 0 or set_bytes >= COLD_FACTOR * l2:
+        return 1
+    return min(MAX_ROTATION_SETS, math.ceil(COLD_FACTOR * l2 / set_bytes))
+
+
+def _clone_set(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Fresh copies of every tensor argument; aliasing between arguments is kept."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def fresh(a: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return a
+        if id(a) not in memo:
+            memo[id(a)] = a.clone()
+        return memo[id(a)]
+
+    return tuple(fresh(a) for a in args), {k: fresh(v) for k, v in kwargs.items()}
+
+
+def _quantile(sorted_vals: list[float], q: float) -> float:
+    pos = q * (len(sorted_vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _summarise(samples: list[float], **meta: Any) -> BenchResult:
+    vals = sorted(samples)
+    return BenchResult(median_us=_quantile(vals, 0.5), p20_us=_quantile(vals, 0.2), p80_us=_quantile(vals, 0.8),
+                       repeats=len(vals), samples_us=tuple(samples), **meta)
+
+
+def _check_counts(name: str, warmup: int, repeats: int) -> None:
+    if warmup < 0:
+        raise ValueError(f"{name}: warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"{name}: repeats must be >= 1, got {repeats}")
+
+
+# ------------------------------------------------------------------- timing
+
+
+def _hold_gpu(repeats: int) -> None:
+    """Keep the stream busy while the host queues ``repeats`` timed calls."""
+    hold_us = min(_MAX_HOLD_US, repeats * _QUEUE_US_PER_CALL)
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(int(hold_us * 2000))  # ~2 GHz: slightly long is harmless, short only re-exposes gaps
+
+
+def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
+                  reset: Callable[[int], Any] | None, device: torch.device) -> list[float]:
+    with torch.cuda.device(device):
+        for i in range(warmup):
+            if reset is not None:
+                reset(i % n_sets)
+            call(i % n_sets)
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        _hold_gpu(repeats)
+        for r in range(repeats):
+            k = (warmup + r) % n_sets
+            if reset is not None:
+                reset(k)
+            starts[r].record()
+            call(k)
+            ends[r].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
+                   device: torch.device) -> list[float]:
+    """Replay a graph of one call per argument set; per-call time is replay time / calls."""
+    calls = max(n_sets, 8)
+    with torch.cuda.device(device):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # capture needs the code path warmed outside the graph
+            for i in range(max(warmup, 1)):
+                call(i % n_sets)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                call(i % n_sets)
+        graph.replay()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        _hold_gpu(repeats)
+        for r in range(repeats):
+            starts[r].record()
+            graph.replay()
+            ends[r].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)]
+
+
+def _cpu_samples(call: Callable[[], Any], warmup: int, repeats: int, reset: Callable[[], Any] | None) -> list[float]:
+    for _ in range(warmup):
+        if reset is not None:
+            reset()
+        call()
+    inner = 1
+    if reset is None:  # batch fast calls so each sample is long against the clock's resolution
+        t0 = time.perf_counter_ns()
+        call()
+        one = max(time.perf_counter_ns() - t0, 1)
+        inner = max(1, min(10_000, _CPU_SAMPLE_NS // one))
+    samples = []
+    for _ in range(repeats):
+        if reset is not None:
+            reset()
+        t0 = time.perf_counter_ns()
+        for _ in range(inner):
+            call()
+        samples.append((time.perf_counter_ns() - t0) / inner / 1e3)
+    return samples
+
+
+def _roofline(device: torch.device, bytes_moved: int | None, roofline: bool) -> float | None:
+    if bytes_moved is None or not roofline:
+        return None
+    from rapid_llm.bench.roofline import copy_roofline
+
+    return copy_roofline(device)
+
+
+def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset: Callable[..., Any] | None,
+         bytes_moved: int | None, flops: int | None, cold_l2: bool, graph: bool, warmup: int, repeats: int,
+         roofline: bool, label: str) -> BenchResult:
+    _check_counts(name, warmup, repeats)
+    if not callable(fn):
+        raise TypeError(f"{name}: fn must be callable, got {type(fn).__name__}")
+    device = device_of(args, kwargs)
+    meta = dict(device=device_label(device), bytes_moved=bytes_moved, flops=flops, label=label)
+    if device.type != "cuda":
+        if graph:
+            raise ValueError(f"{name}: graph=True needs CUDA tensors; these arguments are on CPU")
+        samples = _cpu_samples(lambda: fn(*args, **kwargs), warmup, repeats,
+                               None if reset is None else (lambda: reset(*args, **kwargs)))
+        return _summarise(samples, kind="cpu", roofline_gbps=_roofline(device, bytes_moved, roofline), **meta)
+
+    n_sets = rotation_sets(_set_bytes(args, kwargs), l2_bytes(device)) if cold_l2 else 1
+    sets = [(args, kwargs)] + [_clone_set(args, kwargs) for _ in range(n_sets - 1)]
+
+    def call(k: int) -> Any:
+        a, kw = sets[k]
+        return fn(*a, **kw)
+
+    reset_k = None if reset is None else (lambda k: reset(*sets[k][0], **sets[k][1]))
+    if graph:
+        samples = _graph_samples(call, n_sets, warmup, repeats, device)
+    else:
+        samples = _cuda_samples(call, n_sets, warmup, repeats, reset_k, device)
+    del sets
+    return _summarise(samples, kind="cuda", roofline_gbps=_roofline(device, bytes_moved, roofline),
+                      cold_l2=cold_l2, rotation_sets=n_sets, graph=graph, **meta)
+
+
+def bench(fn: Callable[..., Any], *args: Any, bytes_moved: int | None = None, flops: int | None = None,
+          cold_l2: bool = True, graph: bool = False, warmup: int = DEFAULT_WARMUP,
+          repeats: int = DEFAULT_REPEATS, roofline: bool = True, label: str = "", **kwargs: Any) -> BenchResult:
+    """Time ``fn(*args, **kwargs)``; per-call median and 20/80th percentiles.
+
+    Give ``bytes_moved`` (bytes read plus written) for GB/s and the fraction
+    of the measured copy roofline, ``flops`` for TFLOP/s. ``graph=True``
+    captures the calls in a CUDA graph so launch overhead drops out of the
+    figure. ``fn`` must not depend on state it mutates: use
+    :func:`bench_stateful` for that.
+    """
+    return _run("bench", fn, args, kwargs, reset=None, bytes_moved=bytes_moved, flops=flops, cold_l2=cold_l2,
+                graph=graph, warmup=warmup, repeats=repeats, roofline=roofline, label=label)
+
+
+def bench_stateful(fn: Callable[..., Any], reset: Callable[..., Any], *args: Any, bytes_moved: int | None = None,
+                   flops: int | None = None, cold_l2: bool = True, warmup: int = DEFAULT_WARMUP,
+                   repeats: int = DEFAULT_REPEATS, roofline: bool = True, label: str = "",
+                   **kwargs: Any) -> BenchResult:
+    """Time an op that mutates its inputs (a KV-cache append, an in-place update).
+
+    ``reset(*args, **kwargs)`` restores the inputs before every call, outside
+    the timed region, so each call starts from the same state. There is no
+    graph mode: a graph would time the reset too.
+    """
+    if not callable(reset):
+        raise TypeError(f"bench_stateful: reset must be callable, got {type(reset).__name__}")
+    return _run("bench_stateful", fn, args, kwargs, reset=reset, bytes_moved=bytes_moved, flops=flops,
+                cold_l2=cold_l2, graph=False, warmup=warmup, repeats=repeats, roofline=roofline, label=label)
+
+
+def bench_host(fn: Callable[..., Any], *args: Any, n: int = 1000, rounds: int = 7, warmup: int = 100,
+               label: str = "", **kwargs: Any) -> BenchResult:
+    """Host-side cost per call: what Python, dispatch and the launch cost before the GPU sees work.
+
+    Each round times ``n`` back-to-back calls; the result is the median over
+    rounds of the per-call cost. Queued GPU work drains between rounds, so a
+    full launch queue never stalls a timed round.
+    """
+    _check_counts("bench_host", warmup, rounds)
+    if n < 1:
+        raise ValueError(f"bench_host: n must be >= 1, got {n}")
+    device = device_of(args, kwargs)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *a: None)
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    sync(device)
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn(*args, **kwargs)
+        samples.append((time.perf_counter_ns() - t0) / n / 1e3)
+        sync(device)
+    return _summarise(samples, kind="host", device=device_label(device), label=label)

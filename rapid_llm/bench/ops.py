@@ -1,0 +1,102 @@
+"""Benchmark every eligible row of an op and record the medians that dispatch ranks by."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from rapid_llm.bench import store
+from rapid_llm.bench.cases import make_args
+from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, device_label
+
+__all__ = ["OpMeasurement", "bench_op", "eligible_rows"]
+
+
+@dataclass(frozen=True)
+class OpMeasurement:
+    op: str
+    row: str
+    dtype: str
+    numel: int
+    result: BenchResult
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.row} {self.dtype} numel={self.numel}: {self.result}"
+
+
+def _torch_dtype(short: str) -> torch.dtype:
+    from rapid_llm.kernels.spec import DTYPE_NAMES
+
+    if short not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {short!r}; expected one of {', '.join(DTYPE_NAMES)}")
+    return getattr(torch, DTYPE_NAMES[short])
+
+
+def eligible_rows(op: str, dtype: str, device: torch.device, numel: int) -> dict[str, str | None]:
+    """Each row of ``op`` -> None when dispatch could pick it here, else the reason it cannot."""
+    from rapid_llm.kernels.dispatch import explain
+
+    ex = explain(op, dtype=dtype, device=device, numel=numel)
+    return {v.name: (v.reason if v.verdict == "filtered" else None) for v in ex.rows}
+
+
+def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
+             rows: Sequence[str] | None = None, *, record: bool = True, device: torch.device | str | None = None,
+             graph: bool = False, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS) -> list[OpMeasurement]:
+    """Time each eligible row of ``op`` at each size and dtype; record medians into the results store.
+
+    Eligible means dispatch could choose the row here (toolchain present,
+    dtype and device supported, golden verified): timing a row that may not
+    run would rank nothing. Naming ``rows`` restricts the set, and a named
+    row that is filtered raises with the reason. Recorded figures make
+    dispatch order the rows by measured latency on this device.
+    """
+    from rapid_llm.kernels.spec import get_row, rows_for
+    from rapid_llm.kernels.dispatch import _load_shipped_groups
+
+    _load_shipped_groups()
+    all_rows = rows_for(op)
+    if not all_rows:
+        raise ValueError(f"bench_op: unknown op {op!r}")
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtypes is None:
+        dtypes = list(dict.fromkeys(d for r in all_rows for d in r.dtypes if d in ("bf16", "fp16", "fp32")))
+    sizes = [int(n) for n in sizes]
+    if not sizes:
+        raise ValueError(f"bench_op({op!r}): give at least one size")
+    if rows is not None:
+        known = {r.name for r in all_rows}
+        unknown = [r for r in rows if r not in known]
+        if unknown:
+            raise ValueError(f"bench_op({op!r}): no row {unknown[0]!r}; rows are {', '.join(sorted(known))}")
+    name = device_label(device)
+    out: list[OpMeasurement] = []
+    for dtype in dtypes:
+        tdtype = _torch_dtype(dtype)
+        for numel in sizes:
+            verdicts = eligible_rows(op, dtype, device, numel)
+            chosen = [r for r, why in verdicts.items() if why is None] if rows is None else list(rows)
+            for row in chosen:
+                if verdicts[row] is not None:
+                    raise ValueError(f"bench_op({op!r}): row {row!r} cannot run {dtype} on {device}: {verdicts[row]}")
+            case = make_args(op, numel, tdtype, device)
+            for row in chosen:
+                fn = get_row(row).load()
+                result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
+                               warmup=warmup, repeats=repeats, label=row, **case.kwargs)
+                out.append(OpMeasurement(op, row, dtype, numel, result))
+                if record:
+                    _record(op, row, dtype, numel, result)
+            del case
+    if record and out and out[0].result.roofline_gbps:
+        store.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
+                          measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    return out
+
+
+def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult) -> None:
+    store.record(op, row, r.device, dtype, numel, r.median_us, p20_us=r.p20_us, p80_us=r.p80_us,
+                 repeats=r.repeats, kind=r.kind, graph=r.graph, bytes_moved=r.bytes_moved, gbps=r.gbps,
+                 tflops=r.tflops, roofline_fraction=r.roofline_fraction)
