@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["CaseArgs", "register_case", "get_case", "make_args"]
+__all__ = ["CaseArgs", "register_case", "unregister_case", "get_case", "make_args"]
 
 
 @dataclass
@@ -33,6 +33,11 @@ def register_case(op: str, make: MakeCase, *, replace: bool = False) -> None:
     if op in _CASES and not replace:
         raise ValueError(f"op {op!r} already has a benchmark case; pass replace=True to swap it")
     _CASES[op] = make
+
+
+def unregister_case(op: str) -> None:
+    if _CASES.pop(op, None) is None:
+        raise ValueError(f"op {op!r} has no benchmark case to remove")
 
 
 def get_case(op: str) -> MakeCase:

@@ -1,0 +1,125 @@
+"""The harness on CPU rows (and on a GPU when there is one). Speed is reported, never asserted."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rapid_llm.bench import BenchResult, bench, bench_host, bench_stateful, copy_roofline
+from rapid_llm.bench.harness import COLD_FACTOR, MAX_ROTATION_SETS, rotation_sets
+
+
+def _check_shape(r: BenchResult) -> None:
+    assert r.median_us > 0 and r.p20_us <= r.median_us <= r.p80_us
+    assert r.repeats == len(r.samples_us)
+
+
+def test_cpu_bench_is_labelled_cpu_with_throughput():
+    x = torch.randn(4096)
+    out = torch.empty_like(x)
+    r = bench(torch.mul, x, 2.0, out=out, bytes_moved=2 * x.nbytes, flops=x.numel(), repeats=7)
+    _check_shape(r)
+    assert r.kind == "cpu" and r.is_cpu and r.device == "cpu"
+    assert r.gbps == pytest.approx(2 * x.nbytes / (r.median_us * 1e-6) / 1e9)
+    assert r.tflops == pytest.approx(x.numel() / (r.median_us * 1e-6) / 1e12)
+    assert r.roofline_gbps == copy_roofline("cpu")
+    assert r.roofline_fraction == pytest.approx(r.gbps / r.roofline_gbps)
+    assert "CPU numbers" in str(r)
+    torch.testing.assert_close(out, x * 2.0)
+
+
+def test_without_work_size_there_is_no_throughput():
+    r = bench(torch.neg, torch.randn(64), repeats=3)
+    assert r.gbps is None and r.tflops is None and r.roofline_fraction is None
+    assert set(r.figures()) >= {"median_us", "p20_us", "p80_us", "gbps", "roofline_fraction", "device"}
+
+
+def test_stateful_reset_runs_before_every_call():
+    state = torch.zeros(8)
+    seen = []
+
+    def append(buf):
+        seen.append(float(buf.sum()))
+        buf.add_(1.0)
+
+    r = bench_stateful(append, lambda buf: buf.zero_(), state, warmup=2, repeats=5)
+    assert r.repeats == 5
+    assert seen == [0.0] * 7  # every call, warm-up included, starts from the reset state
+
+
+def test_bench_host_counts_calls():
+    calls = []
+    r = bench_host(calls.append, 1, n=10, rounds=3, warmup=4)
+    assert r.kind == "host" and "host-side" in str(r)
+    assert len(calls) == 4 + 10 * 3
+    _check_shape(r)
+
+
+def test_copy_roofline_is_cached_per_device():
+    first = copy_roofline("cpu")
+    assert first > 0 and copy_roofline(torch.device("cpu")) is first
+
+
+@pytest.mark.parametrize(
+    "set_bytes, l2, expected",
+    [
+        (0, 50 << 20, 1),
+        (1 << 30, 50 << 20, 1),  # one set already dwarfs L2: no clones
+        (COLD_FACTOR * (50 << 20), 50 << 20, 1),
+        (10 << 20, 50 << 20, 15),
+        (100, 50 << 20, MAX_ROTATION_SETS),  # tiny sets: capped
+        (4096, 0, 1),  # CPU: no L2 to defeat
+    ],
+)
+def test_rotation_covers_l2(set_bytes, l2, expected):
+    n = rotation_sets(set_bytes, l2)
+    assert n == expected
+    if 1 < n < MAX_ROTATION_SETS:
+        assert n * set_bytes >= COLD_FACTOR * l2
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="bench: repeats must be >= 1"):
+        bench(torch.neg, torch.randn(4), repeats=0)
+    with pytest.raises(TypeError, match="bench: fn must be callable"):
+        bench("neg", torch.randn(4))
+    with pytest.raises(ValueError, match="graph=True needs CUDA"):
+        bench(torch.neg, torch.randn(4), graph=True)
+    with pytest.raises(TypeError, match="reset must be callable"):
+        bench_stateful(torch.neg, None, torch.randn(4))
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        bench_host(torch.neg, torch.randn(4), n=0)
+
+
+def test_importing_the_harness_package_stays_light():
+    code = ("import sys, rapid_llm.bench, rapid_llm.bench.store; "
+            "heavy = [m for m in ('triton', 'matplotlib', 'ipywidgets', 'torch') if m in sys.modules]; "
+            "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graph", [False, True])
+def test_gpu_bench_rotates_cold_sets(graph):
+    x = torch.randn(1 << 16, device="cuda")
+    out = torch.empty_like(x)
+    r = bench(torch.mul, x, 2.0, out=out, bytes_moved=2 * x.nbytes, graph=graph, repeats=20)
+    _check_shape(r)
+    assert r.kind == "cuda" and not r.is_cpu and r.graph is graph
+    assert r.rotation_sets > 1 and r.device == torch.cuda.get_device_name()
+    assert r.roofline_fraction is not None
+    torch.testing.assert_close(out, x * 2.0)
+
+
+@pytest.mark.gpu
+def test_gpu_stateful_and_host():
+    buf = torch.zeros(1024, device="cuda")
+    r = bench_stateful(lambda b: b.add_(1.0), lambda b: b.zero_(), buf, repeats=10)
+    assert r.kind == "cuda"
+    torch.cuda.synchronize()
+    assert float(buf.max()) <= 1.0  # the first set was reset before each of its calls
+    h = bench_host(torch.mul, buf, 2.0, n=50, rounds=3)
+    assert h.kind == "host"

@@ -1,0 +1,134 @@
+"""Measured figures persist per device and order dispatch; UNMEASURED loses ties."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rapid_llm.bench import bench_op, store
+from rapid_llm.bench.cases import CaseArgs, register_case, unregister_case
+from rapid_llm.kernels import spec
+from rapid_llm.kernels.dispatch import _load_shipped_groups, explain, resolve
+from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+
+
+def _mul(x, factor, out=None):
+    out = torch.empty_like(x) if out is None else out
+    return torch.mul(x, factor, out=out)
+
+
+def _case(numel, dtype, device):
+    x = torch.randn(numel, device=device).to(dtype)
+    return CaseArgs((x, 3.0), {"out": torch.empty_like(x)}, bytes_moved=2 * x.nbytes)
+
+
+@pytest.fixture
+def prio_rows():
+    """Two verified CPU rows of a private op (and its native floor), with a benchmark case."""
+    rows = [
+        KernelSpec(name="native/prio", op="prio", backend="native", target=_mul, devices=("cpu",)),
+        KernelSpec(name="triton/prio_a", op="prio", backend="triton", target=_mul, devices=("cpu",),
+                   golden=GoldenRecord(verified=True)),
+        KernelSpec(name="jit/prio_b", op="prio", backend="jit", target=_mul, devices=("cpu",),
+                   golden=GoldenRecord(verified=True)),
+    ]
+    for r in rows:
+        spec.register(r)
+    register_case("prio", _case)
+    yield [r.name for r in rows]
+    unregister_case("prio")
+    for r in rows:
+        spec.unregister(r.name)
+
+
+def test_record_lookup_roundtrip_by_bucket(isolated_store):
+    store.record("prio", "triton/prio_a", "cpu", "fp32", 4096, 12.5, gbps=3.0)
+    assert store.results_path("cpu").parent == isolated_store / "results"
+    assert store.lookup_latency("prio", "triton/prio_a", "cpu", "fp32", (4096).bit_length()) == 12.5
+    assert store.lookup_latency("prio", "triton/prio_a", "cpu", "fp32", (4096 * 2).bit_length()) == 12.5  # nearest
+    assert store.lookup_latency("prio", "triton/prio_a", "cpu", "fp32", (4096 * 8).bit_length()) is None
+    assert store.lookup_latency("prio", "triton/prio_a", "NVIDIA H200", "fp32", 13) is None
+    (entry,) = store.entries("cpu", "prio")
+    assert entry["gbps"] == 3.0 and entry["numel"] == 4096
+
+
+def test_meta_export_and_merge(tmp_path):
+    store.record("prio", "triton/prio_a", "Some GPU", "bf16", 1 << 20, 40.0)
+    store.record("other", "native/other", "Some GPU", "bf16", 1 << 20, 41.0)
+    store.record_meta("Some GPU", copy_roofline_gbps=4000.0)
+    path = store.export("Some GPU", tmp_path / "some_gpu.json", op="prio")
+    doc = json.loads(path.read_text())
+    assert doc["device"] == "Some GPU" and len(doc["entries"]) == 1
+    assert doc["meta"]["copy_roofline_gbps"] == 4000.0
+    store.clear("Some GPU")
+    assert store.entries("Some GPU") == [] and store.meta("Some GPU") == {}
+    assert store.merge_file(path) == "Some GPU"
+    assert store.lookup_latency("prio", "triton/prio_a", "Some GPU", "bf16", 21) == 40.0
+    assert store.meta("Some GPU")["copy_roofline_gbps"] == 4000.0
+
+
+def test_unreadable_results_file_says_what_to_do(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"entries\": 3}")
+    with pytest.raises(RuntimeError, match="unreadable.*delete it"):
+        store.load_file(bad)
+
+
+def test_committed_results_are_found_from_a_subfolder(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "gpu.json").write_text("{}")
+    (tmp_path / "notebooks").mkdir()
+    assert store.committed_results(tmp_path / "notebooks") == [tmp_path / "benchmarks" / "results" / "gpu.json"]
+
+
+def test_measured_latency_orders_rows_and_unmeasured_loses(prio_rows):
+    native, a, b = prio_rows
+    # Unmeasured: the backend preference decides (jit before triton), native last.
+    assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == b
+    store.record("prio", a, "cpu", "fp32", 4096, 5.0)
+    assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == a  # measured beats unmeasured
+    store.record("prio", b, "cpu", "fp32", 4096, 3.0)
+    assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == b  # faster measured wins
+    ex = explain("prio", dtype="fp32", device="cpu", numel=4096)
+    assert ex.verdict(b).measured_us == 3.0
+    assert "3.00 us vs 5.00 us" in ex.verdict(a).reason
+    # Another dtype has no figures: back to static ordering.
+    assert resolve("prio", dtype="bf16", device="cpu", numel=4096).name == b
+
+
+def test_bench_op_times_eligible_cpu_rows_and_records(prio_rows):
+    native, a, b = prio_rows
+    results = bench_op("prio", sizes=[1024], dtypes=["fp32"], warmup=1, repeats=3)
+    assert {m.row for m in results} == {native, a, b}
+    assert all(m.result.is_cpu and m.result.gbps is not None for m in results)
+    ex = explain("prio", dtype="fp32", device="cpu", numel=1024)
+    assert all(v.measured_us is not None for v in ex.rows)
+    fastest = min(results, key=lambda m: m.result.median_us)
+    assert ex.chosen.name == fastest.row
+    assert store.meta("cpu")["copy_roofline_gbps"] > 0
+
+
+def test_bench_op_on_scale_skips_filtered_rows():
+    _load_shipped_groups()
+    results = bench_op("scale", sizes=[256], dtypes=["fp32"], record=False, warmup=1, repeats=2)
+    ran = {m.row for m in results}
+    assert "native/scale" in ran and "jit/scale" not in ran  # the JIT row cannot run on CPU
+    assert store.entries("cpu", "scale") == []
+
+
+def test_bench_op_bad_requests(prio_rows):
+    with pytest.raises(ValueError, match="unknown op 'nope'"):
+        bench_op("nope", sizes=[16])
+    with pytest.raises(ValueError, match="no row 'x/y'"):
+        bench_op("prio", sizes=[16], rows=["x/y"])
+    with pytest.raises(ValueError, match="cannot run bf16 on cpu"):
+        spec.register(KernelSpec(name="aot/prio_fp32", op="prio", backend="aot", target=_mul, devices=("cpu",),
+                                 dtypes=("fp32",), golden=GoldenRecord(verified=True)))
+        try:
+            bench_op("prio", sizes=[16], dtypes=["bf16"], rows=["aot/prio_fp32"])
+        finally:
+            spec.unregister("aot/prio_fp32")
+    with pytest.raises(ValueError, match="at least one size"):
+        bench_op("prio", sizes=[])
