@@ -50,6 +50,7 @@ __all__ = [
     "Builder",
     "TorchExtensionBuilder",
     "register_builder",
+    "builders",
     "cache_root",
     "CSRC",
 ]
@@ -166,6 +167,11 @@ DEFAULT_BUILDER = "torch"
 def register_builder(key: str, builder: Builder) -> None:
     """Add a build path (for example a direct nvcc build without torch headers)."""
     _BUILDERS[key] = builder
+
+
+def builders() -> tuple[str, ...]:
+    """The registered build paths' keys (what ``build_jit(builder=...)`` accepts)."""
+    return tuple(sorted(_BUILDERS))
 
 
 def cache_root() -> Path:
