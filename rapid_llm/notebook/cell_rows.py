@@ -1,0 +1,180 @@
+"""Turning a cell's build into a dispatch row: the launcher, the out-first wrapper, the KernelSpec.
+
+A row made here is named ``jit/<NAME>`` and starts golden-unverified, so it
+cannot win dispatch until it has been checked against its baseline. Its
+verification survives a re-run only while the source is unchanged: an
+edited kernel must be verified again.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.spec import UNMEASURED, Availability, GoldenRecord, KernelSpec
+
+__all__ = [
+    "RowError",
+    "DEFAULT_DTYPES",
+    "row_name",
+    "parse_dtypes",
+    "exported_functions",
+    "pick_launcher",
+    "out_first",
+    "not_built",
+    "check_can_register",
+    "register_cell_row",
+    "drop_cell_row",
+    "native_row",
+    "native_row_hint",
+]
+
+DEFAULT_DTYPES = ("bf16", "fp16", "fp32")
+
+#: row name -> digest of the cell (and flags) it was last registered from. Rows
+#: in here were made by the magic; any other row is never replaced by it.
+_digests: dict[str, str] = {}
+
+
+class RowError(ValueError):
+    """A row the cell asked for that cannot be made; the message says why."""
+
+
+def row_name(name: str) -> str:
+    return f"jit/{name}"
+
+
+def parse_dtypes(text: str | None, default: tuple[str, ...] = DEFAULT_DTYPES) -> tuple[str, ...]:
+    """``"bf16,fp16"`` -> ``("bf16", "fp16")``, each checked against the known dtype names."""
+    if text is None:
+        return tuple(default)
+    names = tuple(d.strip() for d in text.replace(" ", ",").split(",") if d.strip())
+    unknown = [d for d in names if d not in _spec.DTYPE_NAMES]
+    if not names or unknown:
+        raise RowError(
+            f"--dtypes: unknown dtype {unknown[0]!r}; expected a comma-separated list of "
+            f"{', '.join(_spec.DTYPE_NAMES)}" if unknown else "--dtypes is empty"
+        )
+    return names
+
+
+def exported_functions(module: ModuleType) -> dict[str, Callable[..., Any]]:
+    """The module's public callables, by name (what gets bound into the notebook)."""
+    return {n: getattr(module, n) for n in sorted(dir(module))
+            if not n.startswith("_") and callable(getattr(module, n))}
+
+
+def pick_launcher(functions: dict[str, Callable[..., Any]], name: str, fn: str | None = None) -> str:
+    """``fn`` if given, else the function called ``name``, else the only one; otherwise say which exist."""
+    listed = ", ".join(functions) or "none"
+    if fn is not None:
+        if fn not in functions:
+            raise RowError(f"--fn {fn}: the module exports no function {fn!r} (it exports: {listed})")
+        return fn
+    if name in functions:
+        return name
+    if len(functions) == 1:
+        return next(iter(functions))
+    raise RowError(
+        f"which function launches the kernel? The module exports {listed}, none named {name!r}; "
+        "pass --fn FUNCTION"
+    )
+
+
+def out_first(launcher: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``op(input, *args, out=None)`` over a launcher ``launcher(out, input, *args)``.
+
+    The seed's convention: the launcher validates and launches; the wrapper
+    only allocates ``out`` like the input and returns it.
+    """
+    import torch
+
+    empty_like = torch.empty_like
+
+    def op(input: Any, *args: Any, out: Any = None) -> Any:
+        if out is None:
+            out = empty_like(input)
+        launcher(out, input, *args)
+        return out
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"{name}(input, *args, out=None): allocates out like input, then {name}(out, input, *args)."
+    return op
+
+
+def not_built(row: str, reason: str) -> tuple[Callable[..., Any], Callable[..., Availability]]:
+    """Target and probe of a row whose module could not be built here."""
+
+    def target(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{row} was not built on this machine: {reason}")
+
+    def probe(device: Any = None) -> Availability:
+        return Availability(False, f"not built: {reason}")
+
+    return target, probe
+
+
+def check_can_register(name: str, op: str) -> None:
+    """Refuse, before anything is written or built, a row that would clobber another's."""
+    row = row_name(name)
+    try:
+        existing = _spec.get_row(row)
+    except _spec.RegistryError:
+        return
+    if row not in _digests:
+        raise RowError(f"row {row} is already registered (not by %%cuda_jit): pick another NAME")
+    if existing.op != op:
+        raise RowError(
+            f"row {row} serves op {existing.op!r}; to move it to {op!r}, first "
+            f"rapid_llm.kernels.unregister({row!r}), or pick another NAME"
+        )
+
+
+def native_row(op: str) -> str | None:
+    """The op's native row name (loading the shipped rows first), or None for a brand-new op."""
+    from rapid_llm.kernels.dispatch import get_op
+
+    return next((r.name for r in get_op(op).rows() if r.is_native), None)
+
+
+def native_row_hint(op: str) -> str:
+    return (
+        f"op {op!r} has no native row yet, and dispatch needs that floor before it can run {op!r}: "
+        f"register one from a plain-torch function, e.g. register(KernelSpec(name='native/{op}', "
+        f"op='{op}', backend='native', target=my_{op}, devices=('cpu', 'cuda')))"
+    )
+
+
+def register_cell_row(name: str, op: str, *, target: Callable[..., Any], available: Any,
+                      dtypes: tuple[str, ...], graph_safe: bool, digest: str,
+                      description: str) -> tuple[KernelSpec, bool]:
+    """Register (or replace) ``jit/<name>`` for ``op``; True when an earlier verification was kept."""
+    check_can_register(name, op)
+    row = row_name(name)
+    golden = GoldenRecord(verified=False, baseline=native_row(op))
+    kept = False
+    try:
+        old = _spec.get_row(row)
+    except _spec.RegistryError:
+        old = None
+    if old is not None and old.golden.verified and _digests.get(row) == digest:
+        golden, kept = old.golden, True
+    spec = KernelSpec(name=row, op=op, backend="jit", target=target, available=available, dtypes=dtypes,
+                      devices=("cuda",), golden=golden, priority=UNMEASURED, graph_safe=graph_safe,
+                      description=description)
+    _spec.register(spec, replace=True)
+    _digests[row] = digest
+    return spec, kept
+
+
+def drop_cell_row(name: str) -> bool:
+    """Remove ``jit/<name>`` if the magic registered it; True when a row went."""
+    row = row_name(name)
+    if row not in _digests:
+        return False
+    del _digests[row]
+    try:
+        _spec.unregister(row)
+    except _spec.RegistryError:
+        return False
+    return True

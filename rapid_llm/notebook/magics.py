@@ -1,0 +1,268 @@
+"""``%%cuda_jit``: a notebook cell becomes a compiled, bound, registered op.
+
+The magic only orchestrates; each step lives in its own module:
+workspace (where the cell is saved), ``rapid_llm.kernels.jit`` (the content-
+keyed build cache and its builders), progress (the elapsed line),
+compile_errors (the compiler's errors at cell line numbers), cell_rows (the
+out-first wrapper and the KernelSpec row). torch and the toolchain are
+touched only when a cell runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import List, Unicode
+
+from rapid_llm.notebook import cell_rows, workspace
+from rapid_llm.notebook.progress import StatusLine, run_with_progress
+
+__all__ = ["CudaJitMagics"]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@magics_class
+class CudaJitMagics(Magics):
+    """The %%cuda_jit cell magic; its defaults are traits (``%config CudaJitMagics``)."""
+
+    csrc_dir = Unicode(
+        "",
+        help="Folder that cells are saved under. Empty: <project>/csrc, the project being the nearest "
+             "folder at or above the working directory with a pyproject.toml (else the working directory).",
+    ).tag(config=True)
+    default_group = Unicode(
+        "", help="Subfolder of csrc/ used when a cell gives no --group (empty: csrc/ itself)."
+    ).tag(config=True)
+    default_flags = List(
+        Unicode(), default_value=["-O3"],
+        help="nvcc flags every cell is built with; --flags adds to them (e.g. '--use_fast_math').",
+    ).tag(config=True)
+    default_dtypes = List(
+        Unicode(), default_value=list(cell_rows.DEFAULT_DTYPES),
+        help="dtypes of an --op row when the cell gives no --dtypes.",
+    ).tag(config=True)
+    builder = Unicode(
+        "", help="Build path, a key given to rapid_llm.kernels.jit.register_builder (empty: torch's "
+                 "cpp_extension). --builder overrides it per cell.",
+    ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        #: NAME -> the jit.BuildResult of its last good build in this kernel.
+        self.builds: dict[str, Any] = {}
+        self._bound: dict[str, dict[str, Any]] = {}
+
+    @magic_arguments("%cuda_jit")  # shown with a '%' prefix: %%cuda_jit
+    @argument("name", metavar="NAME", help="module name, a plain identifier: the cell is saved as csrc/<group>/NAME.cu")
+    @argument("--group", "-g", default=None, help="subfolder of csrc/ (a plain identifier), e.g. elementwise")
+    @argument("--op", default=None,
+              help="register the build as row jit/NAME of this op: op(input, *args, out=None) "
+                   "allocates out like input and calls the launcher as launcher(out, input, *args)")
+    @argument("--fn", default=None,
+              help="the launcher for --op (default: the function called NAME, else the only exported one)")
+    @argument("--dtypes", default=None,
+              help="dtypes of the --op row, comma-separated (default: CudaJitMagics.default_dtypes)")
+    @argument("--flags", default="",
+              help="extra nvcc flags, after CudaJitMagics.default_flags, in quotes: "
+                   "--flags \"-lineinfo --use_fast_math\"")
+    @argument("--not-graph-safe", action="store_true",
+              help="mark the row unsafe under CUDA-graph capture (the launcher syncs or reads host values)")
+    @argument("--builder", default=None, help="build path to use (default: CudaJitMagics.builder)")
+    @argument("--verbose", "-v", action="store_true", help="show the build commands and the full compiler log")
+    @cell_magic
+    def cuda_jit(self, line: str, cell: str) -> None:
+        """Save the cell as CUDA C++, build it, bind its functions, and with --op register a row.
+
+        An unchanged cell re-run loads from the build cache at once; an edited
+        one rebuilds and its new code is what runs, no restart needed. A
+        compile error shows the compiler's errors at the cell's line numbers
+        and the last good build keeps serving. Without a GPU or nvcc the cell
+        is still saved and its row registered as unavailable, with the reason.
+        A row made here stays golden-unverified, out of dispatch, until it is
+        verified against its baseline.
+        """
+        try:
+            args = parse_argstring(self.cuda_jit, line)
+        except ValueError as exc:  # the line's own quoting
+            raise UsageError(f"%%cuda_jit {line.strip()}: {exc}") from None
+        except UsageError as exc:
+            if "--flags" in str(exc) or "unrecognized arguments: -" in str(exc):
+                raise UsageError(f'{exc} (put nvcc flags in quotes: --flags "-lineinfo --use_fast_math")') from None
+            raise
+        try:
+            return self._run(args, cell)
+        except (workspace.WorkspaceError, cell_rows.RowError) as exc:
+            raise UsageError(str(exc)) from None
+
+    def _csrc(self) -> Path:
+        if self.csrc_dir:
+            return Path(self.csrc_dir).expanduser().resolve()
+        return workspace.default_csrc()
+
+    def _run(self, args: Any, cell: str) -> None:
+        name = workspace.check_identifier(args.name, "NAME")
+        group = self.default_group if args.group is None else args.group
+        if args.op is not None:
+            workspace.check_identifier(args.op, "--op")
+        elif args.fn is not None:
+            raise UsageError("--fn picks the launcher of the --op row; give --op too")
+        if not cell.strip():
+            raise UsageError(f"the cell is empty: write the CUDA C++ source of {name} below the %%cuda_jit line")
+        dtypes = cell_rows.parse_dtypes(args.dtypes, tuple(self.default_dtypes))
+        try:
+            flags = (*self.default_flags, *shlex.split(args.flags))
+        except ValueError as exc:
+            raise UsageError(f"--flags: {exc}") from None
+        builder = args.builder or self.builder or None
+        if builder is not None:
+            from rapid_llm.kernels import jit
+
+            if builder not in jit.builders():
+                raise UsageError(f"unknown builder {builder!r}; registered: {', '.join(jit.builders())}")
+        if args.op is not None:
+            cell_rows.check_can_register(name, args.op)
+
+        csrc = self._csrc()
+        path = workspace.cell_path(csrc, group, name)
+        shown = path.relative_to(csrc.parent).as_posix()
+        workspace.write_atomic(path, cell)
+        digest = hashlib.sha256("\0".join((cell, *flags)).encode()).hexdigest()
+
+        from rapid_llm.kernels import jit
+
+        availability = jit.available()
+        if not availability:
+            self._without_build(args, name, shown, digest, dtypes, availability.reason)
+            return
+        status = StatusLine(live=getattr(self.shell, "kernel", None) is not None)
+        result = self._build(args, name, path, shown, flags, builder, status)
+        self._expose(args, name, shown, digest, dtypes, result, status)
+
+    def _without_build(self, args: Any, name: str, shown: str, digest: str, dtypes: tuple[str, ...],
+                       reason: str) -> None:
+        line = f"saved {shown}; not built: {reason}"
+        if args.op is not None:
+            row = cell_rows.row_name(name)
+            target, probe = cell_rows.not_built(row, reason)
+            cell_rows.register_cell_row(
+                name, args.op, target=target, available=probe, dtypes=dtypes,
+                graph_safe=not args.not_graph_safe, digest=digest,
+                description=f"%%cuda_jit {name} ({shown}), not built here",
+            )
+            line += f"; row {row} registered for op {args.op!r} (unavailable until built; golden unverified)"
+        elif cell_rows.drop_cell_row(name):
+            line += f"; row {cell_rows.row_name(name)} removed (this run has no --op)"
+        print(line)
+        self._hint_native(args.op)
+
+    def _build(self, args: Any, name: str, path: Path, shown: str, flags: tuple[str, ...],
+               builder: str | None, status: StatusLine) -> Any:
+        """The jit.BuildResult, or a CellBuildError telling the compiler's errors at cell lines."""
+        from rapid_llm.kernels import jit
+
+        verbose = bool(args.verbose)
+        captured = None
+
+        def work() -> Any:
+            nonlocal captured
+            if not verbose:
+                return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder)
+            from rapid_llm.notebook.build_log import capture_fds
+
+            with capture_fds() as captured:
+                return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder, verbose=True)
+
+        if verbose:
+            print(f"source {path}\nflags  {' '.join(flags) or '(none)'}\nbuilder {builder or jit.DEFAULT_BUILDER}")
+        try:
+            result, _ = run_with_progress(work, f"building {shown}", status)
+        except jit.BuildError as exc:
+            log = captured.text if captured is not None and captured.text.strip() else exc.log
+            if verbose:
+                print(log)
+            raise self._build_failed(name, path, shown, log, status) from None
+        except ImportError as exc:  # compiled and linked, but the loader refused it (an undefined symbol)
+            raise self._build_failed(name, path, shown, f"loading the built module failed: {exc}", status) from None
+        if verbose:
+            if captured is not None and captured.text.strip():
+                print(captured.text.rstrip())
+            print(f"cache  {result.build_dir}")
+        return result
+
+    def _build_failed(self, name: str, path: Path, shown: str, log: str, status: StatusLine) -> Exception:
+        from rapid_llm.notebook.compile_errors import CellBuildError, cell_diagnostics
+
+        diagnostics, count = cell_diagnostics(log, path)
+        what = _plural(count, "error") if count else "the end of the log"
+        status.close(f"building {shown}: failed")
+        previous = self._bound.get(name)
+        if previous is not None:
+            bound = ", ".join(f"{f}()" for f in previous) or "nothing"
+            row = cell_rows.row_name(name)
+            row_text = f" and row {row}" if self._has_cell_row(name) else ""
+            keeps = f"the last good build of {name} keeps serving: {bound}{row_text} unchanged."
+        else:
+            keeps = f"{name} has no earlier good build in this kernel: nothing was bound or registered."
+        message = "\n".join([f"{name}: compile failed ({shown}), {what}:", *diagnostics, keeps,
+                             "Run with --verbose for the full compiler log."])
+        return CellBuildError(message, log=log, source=path)
+
+    @staticmethod
+    def _has_cell_row(name: str) -> bool:
+        from rapid_llm.kernels import spec
+
+        try:
+            spec.get_row(cell_rows.row_name(name))
+        except spec.RegistryError:
+            return False
+        return True
+
+    def _expose(self, args: Any, name: str, shown: str, digest: str, dtypes: tuple[str, ...],
+                result: Any, status: StatusLine) -> None:
+        functions = cell_rows.exported_functions(result.module)
+        launcher = cell_rows.pick_launcher(functions, name, args.fn) if args.op is not None else None
+        self._bind(name, functions)
+        self.builds[name] = result
+        how = (f"loaded from cache in {result.seconds:.2f} s" if result.cached
+               else f"built in {result.seconds:.1f} s")
+        bound = ", ".join(f"{f}()" for f in functions) or "no functions"
+        line = f"{how} -> {bound} bound"
+        if launcher is not None:
+            row = cell_rows.row_name(name)
+            spec, kept = cell_rows.register_cell_row(
+                name, args.op, target=cell_rows.out_first(functions[launcher], args.op),
+                available="rapid_llm.kernels.jit:available", dtypes=dtypes,
+                graph_safe=not args.not_graph_safe, digest=digest,
+                description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",
+            )
+            golden = ("golden verified (kept: source unchanged)" if kept
+                      else "golden unverified: verify it to let dispatch use it")
+            probe = spec.probe("cuda")
+            state = "available" if probe else f"unavailable: {probe.reason}"
+            line += f"; row {row} registered for op {args.op!r} ({golden}; {state})"
+        elif cell_rows.drop_cell_row(name):
+            line += f"; row {cell_rows.row_name(name)} removed (this run has no --op)"
+        status.finish(line)
+        self._hint_native(args.op)
+
+    def _bind(self, name: str, functions: dict[str, Any]) -> None:
+        """Bind the new build's functions; unbind those of the last build that it no longer has."""
+        ns = self.shell.user_ns
+        for fname, obj in self._bound.get(name, {}).items():
+            if fname not in functions and ns.get(fname) is obj:
+                del ns[fname]
+        ns.update(functions)
+        self._bound[name] = dict(functions)
+
+    @staticmethod
+    def _hint_native(op: str | None) -> None:
+        if op is not None and cell_rows.native_row(op) is None:
+            print(cell_rows.native_row_hint(op))
