@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include "../common/checks.cuh"
+
 namespace {
 
 template <typename T>
@@ -26,8 +28,8 @@ void scale(at::Tensor& out, const at::Tensor& input, double factor) {
   TORCH_CHECK(input.device() == out.device(), "scale: input and out on different devices");
   TORCH_CHECK(input.is_contiguous() && out.is_contiguous(), "scale: contiguous tensors only");
   TORCH_CHECK(out.sizes() == input.sizes() && out.scalar_type() == input.scalar_type(),
-              "scale: out must match input shape/dtype, got ", out.sizes(), " ",
-              out.scalar_type(), " vs ", input.sizes(), " ", input.scalar_type());
+              "scale: out must match input shape/dtype, got ", rapid_llm::describe(out), " vs ",
+              rapid_llm::describe(input));
 
   // Step 2: extract. An empty tensor launches nothing (a 0-block grid is an error).
   const int64_t n = input.numel();
