@@ -185,6 +185,10 @@ def export(device_name: str, path: str | os.PathLike, op: str | None = None) -> 
     return path
 
 
+#: Where a checkout's benchmarks/ is looked for when the working directory is outside it.
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
 def _project_root(start: Path) -> Path | None:
     for folder in (start, *start.parents):
         if (folder / "pyproject.toml").is_file():
@@ -199,7 +203,7 @@ def committed_results(start: str | os.PathLike | None = None) -> list[Path]:
     working directory) to a ``pyproject.toml``, then from the package's own
     location, so a notebook opened anywhere inside a checkout finds them.
     """
-    candidates = [Path(start) if start is not None else Path.cwd(), Path(__file__).resolve().parent]
+    candidates = [Path(start) if start is not None else Path.cwd(), _PACKAGE_DIR]
     for origin in candidates:
         root = _project_root(origin.resolve())
         if root is not None and (root / "benchmarks" / "results").is_dir():

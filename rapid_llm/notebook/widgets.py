@@ -1,0 +1,482 @@
+"""Widgets for the three questions a kernel author asks: which row runs, is it right, is it fast.
+
+* :func:`explain_widget`: every row of an op and its verdict, coloured, with
+  dtype / device / size selectors that re-resolve live;
+* :func:`golden_widget`: the per-dtype golden table, a histogram of |diff|
+  and the worst elements, so a numeric divergence is found at one look;
+* :func:`bench_plot`: latency or GB/s against size on log axes, one line per
+  row, the measured copy roofline dashed, and the figures as a table.
+
+Each view displays as an ipywidget in JupyterLab and carries static HTML and
+text forms too, so nbval, plain IPython and frontends without a widget
+manager still show the content. Figures are drawn on matplotlib's Agg canvas
+directly, never through pyplot, so a notebook's backend is left alone;
+``save_png`` writes the same figure to a file.
+
+``python -m rapid_llm.notebook.widgets OUT_DIR`` renders every view of an op
+to PNGs (how the pictures under docs/ are made).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import ipywidgets
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from rapid_llm.bench import store
+from rapid_llm.kernels.dispatch import Explanation, _load_shipped_groups, dtype_name, explain
+from rapid_llm.kernels.golden import GoldenReport, verify
+from rapid_llm.kernels.spec import rows_for
+
+__all__ = ["ExplainView", "GoldenView", "BenchPlot", "explain_widget", "golden_widget", "bench_plot", "render_docs"]
+
+VERDICT_COLOURS = {"chosen": "#d4f4dd", "outranked": "#fff3c4", "filtered": "#f6d5d5"}
+#: Sizes offered by the explain widget's size selector (elements).
+SIZE_CHOICES = tuple(1 << p for p in range(10, 29, 2))
+_WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: Rows recorded by benchmarks as references rather than dispatchable rows.
+COPY_ROW = "reference/copy"
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return buf.getvalue()
+
+
+def _img_tag(png: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'/>"
+
+
+def _size_label(n: int) -> str:
+    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def _table_html(head: Sequence[str], rows: Sequence[Sequence[str]], colours: Sequence[str] | None = None) -> str:
+    th = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head)
+    body = []
+    for i, row in enumerate(rows):
+        style = f" style='background:{colours[i]}'" if colours else ""
+        tds = "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row)
+        body.append(f"<tr{style}>{tds}</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+class _View:
+    """Common display plumbing: widget view when a frontend can show it, static HTML and text always."""
+
+    def figure(self) -> Figure:
+        raise NotImplementedError
+
+    def to_html(self) -> str:
+        raise NotImplementedError
+
+    def widget(self) -> ipywidgets.Widget:
+        raise NotImplementedError
+
+    def save_png(self, path: str | Path, dpi: int = 120) -> Path:
+        """Write the view's figure to ``path`` (parent folders are created)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig = self.figure()
+        fig.set_dpi(dpi)
+        path.write_bytes(_png(fig))
+        return path
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self.to_html()}
+        view = self.widget()._repr_mimebundle_()
+        if view and _WIDGET_MIME in view:
+            bundle[_WIDGET_MIME] = view[_WIDGET_MIME]
+        return bundle
+
+
+# ------------------------------------------------------------------ explain
+
+
+class ExplainView(_View):
+    """Rows x verdicts for one op in one context; the selectors re-run dispatch's explain."""
+
+    def __init__(self, op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None):
+        first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+        if first is not None:
+            dtype = first.dtype if dtype is None else dtype
+            device = first.device if device is None else device
+            numel = first.numel() if numel is None else numel
+        _load_shipped_groups()
+        rows = rows_for(op)
+        self.op = op
+        self.dtypes = tuple(dict.fromkeys(d for r in rows for d in r.dtypes))
+        self.dtype = dtype if isinstance(dtype, str) else (dtype_name(dtype) if dtype is not None else
+                                                           (self.dtypes[0] if self.dtypes else "fp32"))
+        self.device = str(torch.device(device)) if device is not None else (
+            "cuda" if torch.cuda.is_available() else "cpu")
+        self.numel = int(numel) if numel is not None else 4096
+        self.explanation = self.update()
+
+    def update(self, dtype: str | None = None, device: str | None = None, numel: int | None = None) -> Explanation:
+        """Re-resolve in a new context (what the selectors call)."""
+        self.dtype = dtype or self.dtype
+        self.device = device or self.device
+        self.numel = numel or self.numel
+        self.explanation = explain(self.op, dtype=self.dtype, device=self.device, numel=self.numel)
+        return self.explanation
+
+    def __str__(self) -> str:
+        return str(self.explanation)
+
+    def to_html(self) -> str:
+        legend = " ".join(f"<span style='background:{c};padding:0 6px'>{v}</span>" for v, c in VERDICT_COLOURS.items())
+        return f"<div>{self.explanation._repr_html_()}<div>{legend}</div></div>"
+
+    def figure(self) -> Figure:
+        ex = self.explanation
+        cells = [[r.name, r.verdict, r.priority, "-" if r.measured_us is None else f"{r.measured_us:.2f} us",
+                  r.reason] for r in ex.rows]
+        fig = Figure(figsize=(12, 0.5 + 0.45 * (len(cells) + 1)))
+        ax = fig.add_subplot()
+        ax.axis("off")
+        table = ax.table(cellText=cells, colLabels=["row", "verdict", "priority", "measured", "why"],
+                         cellColours=[[VERDICT_COLOURS[r.verdict]] * 5 for r in ex.rows],
+                         colWidths=[0.14, 0.09, 0.09, 0.09, 0.59], loc="center", cellLoc="left")
+        table.auto_set_font_size(False)
+        table.set_fontsize(9)
+        table.scale(1, 1.4)
+        ax.set_title(ex._header(), fontsize=10, loc="left")
+        fig.tight_layout()
+        return fig
+
+    def widget(self) -> ipywidgets.Widget:
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        if self.device.split(":")[0] not in devices:
+            devices.append(self.device)
+        sizes = sorted({*SIZE_CHOICES, self.numel})
+        dtype = ipywidgets.Dropdown(options=list(self.dtypes), value=self.dtype, description="dtype")
+        device = ipywidgets.Dropdown(options=devices, value=self.device if self.device in devices else devices[0],
+                                     description="device")
+        size = ipywidgets.Dropdown(options=[(_size_label(n), n) for n in sizes], value=self.numel,
+                                   description="numel")
+        out = ipywidgets.HTML(self.to_html())
+
+        def refresh(_: Any = None) -> None:
+            try:
+                self.update(dtype.value, device.value, size.value)
+                out.value = self.to_html()
+            except Exception as exc:  # a selector combination dispatch refuses: say so in place
+                out.value = f"<pre>{html.escape(f'{type(exc).__name__}: {exc}')}</pre>"
+
+        for control in (dtype, device, size):
+            control.observe(refresh, names="value")
+        return ipywidgets.VBox([ipywidgets.HBox([dtype, device, size]), out])
+
+
+def explain_widget(op: str, *tensors: Any, dtype: Any = None, device: Any = None,
+                   numel: int | None = None) -> ExplainView:
+    """The explain widget for ``op`` (context from ``tensors`` or dtype=/device=/numel=)."""
+    return ExplainView(op, *tensors, dtype=dtype, device=device, numel=numel)
+
+
+# ------------------------------------------------------------------- golden
+
+
+class GoldenView(_View):
+    """A golden report with its |diff| histogram and worst elements."""
+
+    def __init__(self, report: GoldenReport):
+        self.report = report
+
+    def __str__(self) -> str:
+        lines = [str(self.report), "worst elements:"]
+        for r in self.report.results:
+            for e in r.worst[:3]:
+                lines.append(f"  {r.dtype} {e.case} {list(e.index)}: row {e.row_value:.6g} exact {e.exact_value:.6g}"
+                             f" |diff| {e.abs_diff:.3g} (allowed {e.allowed:.3g})")
+        return "\n".join(lines)
+
+    def worst_html(self) -> str:
+        head = ("dtype", "case", "index", "row", "exact", "baseline", "|diff|", "allowed", "x allowed")
+        rows, colours = [], []
+        for r in self.report.results:
+            for e in r.worst:
+                rows.append((r.dtype, e.case, str(list(e.index)), f"{e.row_value:.6g}", f"{e.exact_value:.6g}",
+                             "-" if e.baseline_value is None else f"{e.baseline_value:.6g}", f"{e.abs_diff:.3g}",
+                             f"{e.allowed:.3g}", f"{e.ratio:.3g}"))
+                colours.append("#f6d5d5" if e.ratio > 1 else "#ffffff")
+        return "<b>worst elements (by |diff| / allowed)</b>" + _table_html(head, rows, colours)
+
+    def figure(self) -> Figure:
+        fig = Figure(figsize=(8, 3.6))
+        ax = fig.add_subplot()
+        drew = False
+        for r in self.report.results:
+            d = r.diff_sample
+            if d is None or d.numel() == 0:
+                continue
+            finite = d[torch.isfinite(d) & (d > 0)]
+            exact = int((d == 0).sum())
+            broken = int((~torch.isfinite(d)).sum())
+            label = f"{r.dtype} ({'pass' if r.passed else 'FAIL'}; {exact} exact, {broken} non-finite)"
+            if finite.numel():
+                ax.hist(finite.log10().numpy(), bins=60, histtype="step", linewidth=1.5, label=label)
+                drew = True
+            else:
+                ax.plot([], [], label=label)
+        ax.set_xlabel("log10 |row - exact| (sampled elements)")
+        ax.set_ylabel("elements")
+        ax.set_title(self.report._header(), fontsize=9, loc="left")
+        if not drew:
+            ax.text(0.5, 0.5, "no finite non-zero differences", ha="center", va="center", transform=ax.transAxes)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def to_html(self) -> str:
+        png = _png(self.figure())
+        return f"<div>{self.report._repr_html_()}{_img_tag(png, 'histogram of |diff|')}{self.worst_html()}</div>"
+
+    def widget(self) -> ipywidgets.Widget:
+        return ipywidgets.VBox([
+            ipywidgets.HTML(self.report._repr_html_()),
+            ipywidgets.Image(value=_png(self.figure()), format="png"),
+            ipywidgets.HTML(self.worst_html()),
+        ])
+
+
+def golden_widget(report: GoldenReport | str, **verify_kwargs: Any) -> GoldenView:
+    """The golden widget for a report, or for a row name (verified now, with ``verify_kwargs``)."""
+    if isinstance(report, str):
+        report = verify(report, **verify_kwargs)
+    if not isinstance(report, GoldenReport):
+        raise TypeError(f"golden_widget takes a GoldenReport or a row name, got {type(report).__name__}")
+    return GoldenView(report)
+
+
+# -------------------------------------------------------------------- bench
+
+
+def _current_device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def _date(doc: dict[str, Any], entries: list[dict[str, Any]]) -> str:
+    stamp = doc.get("meta", {}).get("measured_at") or max((e.get("measured_at", "") for e in entries), default="")
+    return stamp[:10] or "unknown date"
+
+
+class BenchPlot(_View):
+    """Benchmark figures of one op: a line per row against size, the copy roofline dashed.
+
+    The figures come from the results store for ``device_name`` (default:
+    this machine's device). When there are none, the first committed
+    ``benchmarks/results/*.json`` that has the op is shown instead and the
+    title says which GPU measured it and when.
+    """
+
+    def __init__(self, op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
+                 source: str | Path | None = None):
+        if metric not in ("gbps", "latency"):
+            raise ValueError(f"bench_plot({op!r}): metric must be 'gbps' or 'latency', got {metric!r}")
+        self.op, self.metric, self.dtype = op, metric, dtype
+        self.doc, self.origin = self._load(op, device_name, source)
+        self.entries = [e for e in self.doc["entries"].values() if e["op"] == op]
+        self.device = self.doc["device"]
+        self.dtypes = sorted({e["dtype"] for e in self.entries})
+        if dtype is not None and self.entries and dtype not in self.dtypes:
+            raise ValueError(f"bench_plot({op!r}): no {dtype} figures (have {', '.join(self.dtypes)})")
+
+    @staticmethod
+    def _load(op: str, device_name: str | None, source: str | Path | None) -> tuple[dict[str, Any], str]:
+        if source is not None:
+            return store.load_file(source), f"from {Path(source).name}"
+        name = device_name or _current_device_name()
+        doc = store.load(name)
+        if any(e["op"] == op for e in doc["entries"].values()) or device_name is not None:
+            return doc, "this machine" if device_name is None else "results store"
+        for path in store.committed_results():
+            committed = store.load_file(path)
+            if any(e["op"] == op for e in committed["entries"].values()):
+                return committed, "committed results"
+        return doc, "this machine"
+
+    @property
+    def roofline_gbps(self) -> float | None:
+        return self.doc.get("meta", {}).get("copy_roofline_gbps")
+
+    def title(self) -> str:
+        kind = "CPU numbers" if self.device == "cpu" else self.device
+        if self.origin == "committed results":
+            return f"{self.op}: {kind}, measured {_date(self.doc, self.entries)} (committed results)"
+        return f"{self.op}: {kind}, measured {_date(self.doc, self.entries)}"
+
+    def _series(self, dtype: str) -> dict[str, list[dict[str, Any]]]:
+        series: dict[str, list[dict[str, Any]]] = {}
+        for e in sorted((e for e in self.entries if e["dtype"] == dtype), key=lambda e: e["numel"]):
+            series.setdefault(e["row"], []).append(e)
+        return series
+
+    def _value(self, e: dict[str, Any]) -> float | None:
+        return e.get("gbps") if self.metric == "gbps" else e["median_us"]
+
+    def figure(self) -> Figure:
+        dtypes = [self.dtype] if self.dtype else self.dtypes
+        fig = Figure(figsize=(5.2 * max(len(dtypes), 1), 4.2))
+        if not self.entries:
+            ax = fig.add_subplot()
+            ax.axis("off")
+            ax.text(0.5, 0.5, f"no benchmark figures for {self.op!r} yet:\nrun rapid_llm.bench.bench_op({self.op!r}, "
+                    "sizes) or its benchmarks/kernels script", ha="center", va="center")
+            return fig
+        axes = fig.subplots(1, len(dtypes), squeeze=False)[0]
+        for ax, dtype in zip(axes, dtypes):
+            for row, points in self._series(dtype).items():
+                xs = [p["numel"] for p in points if self._value(p)]
+                ys = [self._value(p) for p in points if self._value(p)]
+                if row == COPY_ROW:
+                    ax.plot(xs, ys, "k--", linewidth=1.2, label="copy (same bytes)")
+                else:
+                    ax.plot(xs, ys, marker="o", markersize=3, label=row)
+            if self.metric == "gbps" and self.roofline_gbps:
+                ax.axhline(self.roofline_gbps, color="grey", linestyle=":", linewidth=1,
+                           label=f"copy roofline {self.roofline_gbps:.0f} GB/s")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("elements")
+            ax.set_ylabel("GB/s (read + write)" if self.metric == "gbps" else "median latency (us)")
+            ax.set_title(dtype)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle(self.title(), fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    def table_rows(self, dtype: str) -> tuple[list[str], list[list[str]]]:
+        series = self._series(dtype)
+        sizes = sorted({p["numel"] for pts in series.values() for p in pts})
+        head = ["numel", *series]
+        rows = []
+        for n in sizes:
+            cells = [_size_label(n)]
+            for points in series.values():
+                p = next((p for p in points if p["numel"] == n), None)
+                if p is None:
+                    cells.append("-")
+                    continue
+                text = f"{p['median_us']:.2f} us"
+                if p.get("gbps"):
+                    text += f", {p['gbps']:.0f} GB/s"
+                if p.get("roofline_fraction"):
+                    text += f", {100 * p['roofline_fraction']:.0f}%"
+                cells.append(text)
+            rows.append(cells)
+        return head, rows
+
+    def __str__(self) -> str:
+        lines = [self.title()]
+        if self.roofline_gbps:
+            lines.append(f"copy roofline: {self.roofline_gbps:.0f} GB/s")
+        for dtype in [self.dtype] if self.dtype else self.dtypes:
+            head, rows = self.table_rows(dtype)
+            widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+            lines.append(f"[{dtype}]")
+            for r in [head, *rows]:
+                lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if not self.entries:
+            lines.append("no figures yet")
+        return "\n".join(lines)
+
+    def tables_html(self) -> str:
+        parts = []
+        for dtype in [self.dtype] if self.dtype else self.dtypes:
+            head, rows = self.table_rows(dtype)
+            parts.append(f"<b>{html.escape(dtype)}</b> (median latency, GB/s, % of copy roofline)"
+                         + _table_html(head, rows))
+        return "".join(parts)
+
+    def to_html(self) -> str:
+        return (f"<div><b>{html.escape(self.title())}</b><br/>{_img_tag(_png(self.figure()), self.title())}"
+                f"{self.tables_html()}</div>")
+
+    def widget(self) -> ipywidgets.Widget:
+        dtype = ipywidgets.Dropdown(options=[("all", None)] + [(d, d) for d in self.dtypes], value=self.dtype,
+                                    description="dtype")
+        metric = ipywidgets.ToggleButtons(options=[("GB/s", "gbps"), ("latency", "latency")], value=self.metric)
+        image = ipywidgets.Image(value=_png(self.figure()), format="png")
+        table = ipywidgets.HTML(self.tables_html())
+
+        def refresh(_: Any = None) -> None:
+            self.dtype, self.metric = dtype.value, metric.value
+            image.value = _png(self.figure())
+            table.value = self.tables_html()
+
+        dtype.observe(refresh, names="value")
+        metric.observe(refresh, names="value")
+        return ipywidgets.VBox([ipywidgets.HBox([dtype, metric]), image, table])
+
+
+def bench_plot(op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
+               source: str | Path | None = None) -> BenchPlot:
+    """The benchmark plot of ``op`` (``metric`` 'gbps' or 'latency')."""
+    return BenchPlot(op, metric=metric, dtype=dtype, device_name=device_name, source=source)
+
+
+# -------------------------------------------------------------------- docs
+
+
+def render_docs(out_dir: str | Path, op: str = "scale", rows: Sequence[str] | None = None,
+                source: str | Path | None = None) -> list[Path]:
+    """Render the explain, golden and benchmark views of ``op`` to PNGs in ``out_dir``.
+
+    Golden views are rendered for every row that can be verified here (the
+    others are reported and skipped); the explain view uses the largest
+    measured size, so its figures are the measured ones.
+    """
+    from rapid_llm.kernels.golden import GoldenError
+
+    out = Path(out_dir)
+    written = []
+    _load_shipped_groups()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    plot = bench_plot(op, source=source)
+    numel = max((e["numel"] for e in plot.entries), default=4096)
+    dtype = "bf16" if "bf16" in plot.dtypes else None
+    written.append(explain_widget(op, dtype=dtype, device=device, numel=numel).save_png(out / f"explain_{op}.png"))
+    for name in rows or [r.name for r in rows_for(op)]:
+        try:
+            report = verify(name)
+        except GoldenError as exc:
+            print(f"skipping golden view of {name}: {exc}", file=sys.stderr)
+            continue
+        written.append(golden_widget(report).save_png(out / f"golden_{name.replace('/', '_')}.png"))
+    for metric in ("gbps", "latency"):
+        written.append(bench_plot(op, metric=metric, source=source).save_png(out / f"bench_{op}_{metric}.png"))
+    return written
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Render the widgets of an op to PNG files.")
+    parser.add_argument("out_dir", help="folder for the PNGs (e.g. docs/img)")
+    parser.add_argument("--op", default="scale")
+    parser.add_argument("--rows", nargs="*", help="rows to verify for golden views (default: all of the op's rows)")
+    parser.add_argument("--results", help="results JSON to plot instead of this machine's store")
+    args = parser.parse_args(argv)
+    for path in render_docs(args.out_dir, args.op, args.rows, args.results):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,118 @@
+"""The widgets build without a frontend and their static forms carry the content."""
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from rapid_llm.bench import store  # noqa: E402
+from rapid_llm.kernels import spec  # noqa: E402
+from rapid_llm.kernels.dispatch import _load_shipped_groups  # noqa: E402
+from rapid_llm.kernels.golden import verify  # noqa: E402
+from rapid_llm.notebook import widgets  # noqa: E402
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+PNG_MAGIC = b"\x89PNG"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # no project root above: no committed results unless a test makes some
+    monkeypatch.setattr(store, "_PACKAGE_DIR", tmp_path / "pkg")
+    _load_shipped_groups()
+    before = {r.name: r for r in spec.rows_for("scale")}
+    yield tmp_path
+    for row in before.values():
+        spec.register(row, replace=True)
+
+
+def test_explain_widget_static_forms_and_live_selectors(tmp_path):
+    view = widgets.explain_widget("scale", torch.randn(4097))
+    assert "native/scale" in str(view) and "chosen" in str(view)
+    page = view._repr_html_()
+    assert widgets.VERDICT_COLOURS["chosen"] in page and widgets.VERDICT_COLOURS["filtered"] in page
+    bundle = view._repr_mimebundle_()
+    assert {"text/plain", "text/html", WIDGET_MIME} <= bundle.keys()
+    box = view.widget()
+    dtype_control = box.children[0].children[0]
+    dtype_control.value = "bf16"
+    assert view.explanation.context.dtype == "bf16" and "bf16" in box.children[1].value
+    assert view.save_png(tmp_path / "explain.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_golden_widget_shows_table_histogram_and_worst_elements(tmp_path):
+    report = verify("native/scale", sizes=(1, 4097), dtypes=("fp32", "bf16"), record=False)
+    view = widgets.golden_widget(report)
+    text, page = str(view), view.to_html()
+    assert "worst elements" in text and "fp32" in text
+    assert "data:image/png;base64," in page and "x allowed" in page
+    assert len(view.widget().children) == 3
+    assert view.save_png(tmp_path / "golden.png").read_bytes().startswith(PNG_MAGIC)
+    assert WIDGET_MIME in report._repr_mimebundle_()  # verify() itself displays as the widget
+
+
+def test_golden_widget_of_a_failing_row_marks_it():
+    def zeros(x, factor, out=None):
+        return out.zero_()
+
+    spec.register(spec.KernelSpec(name="external/zeros_w", op="scale", backend="external", target=zeros,
+                                  devices=("cpu",), golden=spec.GoldenRecord(baseline="native/scale")))
+    try:
+        view = widgets.golden_widget("external/zeros_w", sizes=(4097,), dtypes=("fp16",))
+        assert "FAIL" in str(view) and "#f6d5d5" in view.worst_html()
+    finally:
+        spec.unregister("external/zeros_w")
+
+
+def test_bench_plot_from_the_store(tmp_path):
+    for n in (1024, 1 << 20):
+        store.record("scale", "native/scale", "cpu", "fp32", n, n / 1000, gbps=8.0, roofline_fraction=0.4)
+        store.record("scale", "reference/copy", "cpu", "fp32", n, n / 2000, gbps=16.0)
+    store.record_meta("cpu", copy_roofline_gbps=20.0)
+    plot = widgets.bench_plot("scale")
+    text = str(plot)
+    assert "CPU numbers" in text and "1M" in text and "native/scale" in text and "40%" in text
+    assert "copy roofline: 20 GB/s" in text
+    assert plot._repr_mimebundle_().keys() >= {"text/plain", "text/html", WIDGET_MIME}
+    box = plot.widget()
+    box.children[0].children[1].value = "latency"
+    assert plot.metric == "latency"
+    assert plot.save_png(tmp_path / "bench.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_bench_plot_falls_back_to_committed_results_with_gpu_and_date(isolated, monkeypatch):
+    root = isolated / "project"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    entry = {"op": "scale", "row": "jit/scale", "dtype": "bf16", "bucket": 29, "numel": 1 << 28,
+             "median_us": 349.0, "gbps": 1538.0, "roofline_fraction": 0.37, "measured_at": "2026-11-30T10:00:00Z"}
+    doc = {"device": "NVIDIA H200", "entries": {"scale|jit/scale|bf16|29": entry},
+           "meta": {"copy_roofline_gbps": 4184.0, "measured_at": "2026-11-30T10:00:00Z"}}
+    (root / "benchmarks" / "results" / "nvidia_h200.json").write_text(json.dumps(doc))
+    (root / "notebooks").mkdir()
+    monkeypatch.chdir(root / "notebooks")
+    plot = widgets.bench_plot("scale")
+    assert plot.title() == "scale: NVIDIA H200, measured 2026-11-30 (committed results)"
+    assert "37%" in str(plot)
+
+
+def test_bench_plot_without_any_figures_says_how_to_get_them(tmp_path):
+    plot = widgets.bench_plot("scale")
+    assert "no figures yet" in str(plot)
+    assert plot.save_png(tmp_path / "empty.png").read_bytes().startswith(PNG_MAGIC)
+    with pytest.raises(ValueError, match="metric must be"):
+        widgets.bench_plot("scale", metric="speed")
+
+
+def test_render_docs_writes_every_view(tmp_path):
+    store.record("scale", "native/scale", "cpu", "fp32", 4096, 5.0, gbps=6.5)
+    paths = widgets.render_docs(tmp_path / "docs", rows=["native/scale"])
+    names = sorted(p.name for p in paths)
+    assert names == ["bench_scale_gbps.png", "bench_scale_latency.png", "explain_scale.png",
+                     "golden_native_scale.png"]
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
