@@ -9,7 +9,6 @@ the source itself.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sysconfig
 import time
@@ -71,7 +70,7 @@ class GccBuilder:
         cmd = ["gcc", "-x", "c", "-shared", "-fPIC", "-O0", f"-DMODNAME={mod_name}",
                f"-I{sysconfig.get_paths()['include']}", *request.extra_cuda_cflags,
                str(request.source), "-o", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
         if proc.returncode != 0:
             log = proc.stdout + proc.stderr
             raise jit.BuildError(f"building {request.source.name} failed:\n{log}", log=log, source=request.source)
@@ -81,7 +80,3 @@ class GccBuilder:
                 fh.write(f"{os.getpid()} {request.key[:12]}\n")
         return out
 
-
-def as_nvcc_log(gcc_log: str) -> str:
-    """gcc's ``file:12:5: error:`` lines rewritten as nvcc's ``file(12): error:``."""
-    return re.sub(r"^(\S+?):(\d+):\d+: ", r"\1(\2): ", gcc_log, flags=re.M)
