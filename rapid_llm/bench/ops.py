@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -11,7 +11,7 @@ from rapid_llm.bench import store
 from rapid_llm.bench.cases import make_args
 from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, device_label
 
-__all__ = ["OpMeasurement", "bench_op", "eligible_rows"]
+__all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,12 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
     return out
 
 
+def stored_figures(r: BenchResult) -> dict[str, Any]:
+    """The figures kept in the results store beside a median (what plots and explain show)."""
+    return dict(p20_us=r.p20_us, p80_us=r.p80_us, repeats=r.repeats, kind=r.kind, graph=r.graph,
+                cold_l2=r.cold_l2, rotation_sets=r.rotation_sets, bytes_moved=r.bytes_moved, gbps=r.gbps,
+                tflops=r.tflops, roofline_fraction=r.roofline_fraction)
+
+
 def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult) -> None:
-    store.record(op, row, r.device, dtype, numel, r.median_us, p20_us=r.p20_us, p80_us=r.p80_us,
-                 repeats=r.repeats, kind=r.kind, graph=r.graph, bytes_moved=r.bytes_moved, gbps=r.gbps,
-                 tflops=r.tflops, roofline_fraction=r.roofline_fraction)
+    store.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r))

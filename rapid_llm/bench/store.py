@@ -21,6 +21,7 @@ __all__ = [
     "results_path",
     "record",
     "record_meta",
+    "make_entry",
     "meta",
     "lookup_latency",
     "entries",
@@ -116,19 +117,23 @@ def _notify() -> None:
 def record(op: str, row: str, device_name: str, dtype: str, numel: int, median_us: float,
            **figures: Any) -> None:
     """Store one measurement (median latency plus any other figures: p20_us, gbps, ...)."""
-    if not median_us > 0:
-        raise ValueError(f"{op}/{row}: median latency must be positive, got {median_us!r}")
+    key, entry = make_entry(op, row, dtype, numel, median_us, **figures)
     doc = dict(load(device_name))
     doc["device"] = device_name
-    entries = dict(doc.get("entries", {}))
+    doc["entries"] = {**doc.get("entries", {}), key: entry}
+    _write(results_path(device_name), doc)
+
+
+def make_entry(op: str, row: str, dtype: str, numel: int, median_us: float, **figures: Any) -> tuple[str, dict]:
+    """The key and stored form of one measurement (for writing a results document directly)."""
+    if not median_us > 0:
+        raise ValueError(f"{op}/{row}: median latency must be positive, got {median_us!r}")
     bucket = int(numel).bit_length()
-    entries[_key(op, row, dtype, bucket)] = {
+    return _key(op, row, dtype, bucket), {
         "op": op, "row": row, "dtype": dtype, "bucket": bucket, "numel": int(numel),
         "median_us": float(median_us), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **figures,
     }
-    doc["entries"] = entries
-    _write(results_path(device_name), doc)
 
 
 def record_meta(device_name: str, **fields: Any) -> None:
