@@ -1,0 +1,225 @@
+"""%%cuda_jit on a GPU with torch's cpp_extension: the tutorial's scale cell, end to end.
+
+One test walks the author's day in order, because each real build costs tens
+of seconds: cold build, unchanged re-run, edit, a syntax error, and a build
+killed half-way then rebuilt. It prints the wall-clock build times (run with
+``-s``); they are reported, never asserted.
+
+    python -m pytest tests/notebook/test_magic_gpu.py -m gpu -s
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from rapid_llm.kernels import jit, spec
+from rapid_llm.notebook.compile_errors import CellBuildError
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+LINE = "scale_vec --group elementwise --op scale"
+KILL_AFTER_S = 5.0
+HANG_GUARD_S = 400
+
+#: The tutorial's kernel, its launcher renamed scale_vec (the cell's NAME), plus
+#: version() so a test can tell which build is loaded.
+SCALE_CELL = """\
+// scale_vec: out = input * factor, fp16 / bf16 / fp32. {marker}
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+namespace {{
+
+template <typename T>
+__global__ void scale_kernel(T* __restrict__ out, const T* __restrict__ in,
+                             float factor, int64_t n) {{
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx < n) {{
+    out[idx] = static_cast<T>(static_cast<float>(in[idx]) * factor);
+  }}
+}}
+
+}}  // namespace
+
+void scale_vec(at::Tensor& out, const at::Tensor& input, double factor) {{
+  TORCH_CHECK(input.is_cuda() && out.is_cuda(), "scale_vec: CUDA tensors only");
+  TORCH_CHECK(input.is_contiguous() && out.is_contiguous(), "scale_vec: contiguous only");
+  TORCH_CHECK(out.sizes() == input.sizes() && out.scalar_type() == input.scalar_type(),
+              "scale_vec: out must match input shape/dtype");
+  const int64_t n = input.numel();
+  if (n == 0) return;
+  const int threads = 256;
+  const int64_t blocks = (n + threads - 1) / threads;
+  const at::cuda::OptionalCUDAGuard guard(at::device_of(input));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "scale_vec", [&] {{
+    scale_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
+        out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), static_cast<float>(factor), n);
+  }});
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}}
+
+int64_t version() {{ return {version}; }}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
+  m.def("scale_vec", &scale_vec);
+  m.def("version", &version);
+}}
+"""
+
+#: 1-based line of the cell where a syntax error is planted.
+ERROR_LINE = 20
+
+
+def scale_cell(version: int, marker: str = "") -> str:
+    return SCALE_CELL.format(version=version, marker=marker)
+
+
+def broken_cell() -> str:
+    lines = scale_cell(3).splitlines()
+    lines.insert(ERROR_LINE - 1, "  this is not C++;")
+    return "\n".join(lines) + "\n"
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _check_scale(shell) -> None:
+    row_op = spec.get_row("jit/scale_vec").load()
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.randn(4097, device="cuda", dtype=dtype)
+        torch.testing.assert_close(row_op(x, 1.5), x * 1.5, rtol=0, atol=0)
+        out = torch.empty_like(x)
+        shell.user_ns["scale_vec"](out, x, 2.0)
+        torch.testing.assert_close(out, x * 2.0, rtol=0, atol=0)
+
+
+def _start_victim(cell_file: Path, csrc: Path, cache: Path) -> subprocess.Popen:
+    """A separate kernel process building ``cell_file`` through the magic."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from IPython.core.interactiveshell import InteractiveShell
+        sh = InteractiveShell.instance()
+        sh.extension_manager.load_extension("rapid_llm")
+        sh.magics_manager.registry["CudaJitMagics"].csrc_dir = {str(csrc)!r}
+        sh.run_cell_magic("cuda_jit", "scale_kill --group elementwise", open({str(cell_file)!r}).read())
+    """)
+    env = dict(os.environ, RAPID_LLM_CACHE_DIR=str(cache))
+    # Its own session, so the compilers it leaves orphaned can be cleaned up afterwards.
+    return subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _with_hang_guard(fn) -> float:
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["seconds"] = _timed(fn)
+        except BaseException as exc:  # handed to the test thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(HANG_GUARD_S)
+    if worker.is_alive():
+        pytest.fail(f"rebuild after the kill still running after {HANG_GUARD_S} s: a dead build's lock hangs it")
+    if "error" in box:
+        raise box["error"]
+    return box["seconds"]
+
+
+def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, capsys):
+    reason = jit.available()
+    if not reason:
+        pytest.skip(f"JIT toolchain unavailable: {reason.reason}")
+    times: dict[str, float] = {}
+
+    def report(text: str) -> None:
+        """Show the cells' output and the figures even though capsys holds stdout."""
+        with capsys.disabled():
+            print(text.rstrip("\n"))
+
+    times["cold build"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, scale_cell(1)))
+    assert magics.builds["scale_vec"].cached is False
+    assert shell.user_ns["version"]() == 1
+    _check_scale(shell)
+    first = magics.builds["scale_vec"].module
+
+    times["unchanged re-run"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, scale_cell(1)))
+    assert magics.builds["scale_vec"].cached is True
+    assert magics.builds["scale_vec"].module is first
+
+    times["edit, rebuild"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, scale_cell(2)))
+    assert magics.builds["scale_vec"].cached is False
+    assert shell.user_ns["version"]() == 2
+    _check_scale(shell)
+    report("\n" + capsys.readouterr().out)
+
+    start = time.perf_counter()
+    with pytest.raises(CellBuildError) as info:
+        shell.run_cell_magic("cuda_jit", LINE, broken_cell())
+    times["syntax error"] = time.perf_counter() - start
+    message = str(info.value)
+    report(message)
+    assert f"cell line {ERROR_LINE}: error" in message
+    assert "keeps serving" in message
+    assert shell.user_ns["version"]() == 2  # the last good build still answers
+    _check_scale(shell)
+
+    with pytest.raises(CellBuildError) as info:  # --verbose: the log comes from the captured fds
+        shell.run_cell_magic("cuda_jit", LINE + " --verbose", broken_cell())
+    assert f"cell line {ERROR_LINE}: error" in str(info.value)
+    verbose_out = capsys.readouterr().out
+    assert "nvcc" in verbose_out and "flags  -O3" in verbose_out
+    assert shell.user_ns["version"]() == 2
+
+    cell_file = tmp_path / "kill_cell.cu"
+    cell_file.write_text(scale_cell(4, marker=f"kill test {uuid.uuid4().hex}"))
+    cache = tmp_path / "cache"
+    victim = _start_victim(cell_file, tmp_path / "csrc", cache)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((cache / "jit").glob("scale_kill_*.staging-*")):
+            assert victim.poll() is None, "the victim build exited before it started building"
+            assert time.monotonic() < deadline, "the victim build never started"
+            time.sleep(0.1)
+        time.sleep(KILL_AFTER_S)
+        assert victim.poll() is None, "the victim build finished before it could be killed"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        stale = [p for p in (cache / "jit").glob("scale_kill_*.staging-*/lock")]
+        report(f"killed the build after {KILL_AFTER_S:.0f} s; torch lock files left behind: {len(stale)}")
+
+        times["kill, then rebuild"] = _with_hang_guard(
+            lambda: shell.run_cell_magic("cuda_jit", "scale_kill --group elementwise", cell_file.read_text()))
+    finally:
+        try:
+            os.killpg(victim.pid, signal.SIGKILL)  # compilers the dead build left running
+        except ProcessLookupError:
+            pass
+    assert magics.builds["scale_kill"].cached is False
+    assert shell.user_ns["version"]() == 4
+
+    report(capsys.readouterr().out)
+    report("build times (wall clock, torch cpp_extension): "
+           + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))
