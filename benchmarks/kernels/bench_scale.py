@@ -30,7 +30,7 @@ import torch
 from rapid_llm.bench import bench, copy_roofline, store
 from rapid_llm.bench.harness import BenchResult, device_label, l2_bytes
 from rapid_llm.bench.ops import stored_figures
-from rapid_llm.kernels.dispatch import _load_shipped_groups
+from rapid_llm.kernels.dispatch import load_shipped_groups
 from rapid_llm.kernels.spec import DTYPE_NAMES, rows_for
 
 OP = "scale"
@@ -52,7 +52,7 @@ def device_copy(x: torch.Tensor, factor: float, out: torch.Tensor) -> torch.Tens
 
 def arms(device: torch.device) -> tuple[dict[str, Callable[..., Any]], dict[str, str]]:
     """The callables to time here, and the rows skipped with the reason."""
-    _load_shipped_groups()
+    load_shipped_groups()
     chosen: dict[str, Callable[..., Any]] = {}
     skipped: dict[str, str] = {}
     for row in rows_for(OP):

@@ -54,9 +54,9 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
     dispatch order the rows by measured latency on this device.
     """
     from rapid_llm.kernels.spec import get_row, rows_for
-    from rapid_llm.kernels.dispatch import _load_shipped_groups
+    from rapid_llm.kernels.dispatch import load_shipped_groups
 
-    _load_shipped_groups()
+    load_shipped_groups()
     all_rows = rows_for(op)
     if not all_rows:
         raise ValueError(f"bench_op: unknown op {op!r}")

@@ -24,6 +24,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "resolve": ("rapid_llm.kernels.dispatch", "resolve"),
     "explain": ("rapid_llm.kernels.dispatch", "explain"),
     "get_op": ("rapid_llm.kernels.dispatch", "get_op"),
+    # golden verification
+    "verify": ("rapid_llm.kernels.golden", "verify"),
+    "register_reference": ("rapid_llm.kernels.golden", "register_reference"),
 }
 
 #: op name -> the group module that registers its rows.

@@ -26,7 +26,8 @@ import torch
 from rapid_llm.kernels import spec as _spec
 from rapid_llm.kernels.spec import UNMEASURED, DTYPE_NAMES, KernelSpec, RegistryError
 
-__all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "size_bucket"]
+__all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "size_bucket",
+           "load_shipped_groups"]
 
 #: Groups whose rows ship with the package; imported on first dispatch or explain.
 SHIPPED_GROUPS = ("rapid_llm.kernels.ops.elementwise",)
@@ -38,7 +39,8 @@ _groups_loaded = False
 _ops: dict[str, "Op"] = {}
 
 
-def _load_shipped_groups() -> None:
+def load_shipped_groups() -> None:
+    """Import the groups whose rows ship with the package (once)."""
     global _groups_loaded
     if _groups_loaded:
         return
@@ -146,7 +148,7 @@ def _priority_text(row: KernelSpec) -> str:
 
 
 def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, float | None]]:
-    _load_shipped_groups()
+    load_shipped_groups()
     rows = _spec.rows_for(op)
     if not rows:
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
@@ -231,7 +233,7 @@ class Op:
         return entry[0]
 
     def rows(self) -> list[KernelSpec]:
-        _load_shipped_groups()
+        load_shipped_groups()
         return _spec.rows_for(self.name)
 
     def __repr__(self) -> str:

@@ -430,9 +430,9 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     baseline row. The native floor is its own baseline: it runs twice, so its
     record says whether it is deterministic, and only the oracle sets its bar.
     """
-    from rapid_llm.kernels.dispatch import _load_shipped_groups
+    from rapid_llm.kernels.dispatch import load_shipped_groups
 
-    _load_shipped_groups()
+    load_shipped_groups()
     row = _spec.get_row(row_name)
     ref = get_reference(row.op)
     dev = _pick_device(row, device)

@@ -32,7 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rapid_llm.bench import store
-from rapid_llm.kernels.dispatch import Explanation, _load_shipped_groups, dtype_name, explain
+from rapid_llm.kernels.dispatch import Explanation, load_shipped_groups, dtype_name, explain
 from rapid_llm.kernels.golden import GoldenReport, verify
 from rapid_llm.kernels.spec import rows_for
 
@@ -117,7 +117,7 @@ class ExplainView(_View):
             dtype = first.dtype if dtype is None else dtype
             device = first.device if device is None else device
             numel = first.numel() if numel is None else numel
-        _load_shipped_groups()
+        load_shipped_groups()
         rows = rows_for(op)
         self.op = op
         self.dtypes = tuple(dict.fromkeys(d for r in rows for d in r.dtypes))
@@ -448,7 +448,7 @@ def render_docs(out_dir: str | Path, op: str = "scale", rows: Sequence[str] | No
 
     out = Path(out_dir)
     written = []
-    _load_shipped_groups()
+    load_shipped_groups()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     plot = bench_plot(op, source=source)
     numel = max((e["numel"] for e in plot.entries), default=4096)

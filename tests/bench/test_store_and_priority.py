@@ -9,7 +9,7 @@ import torch
 from rapid_llm.bench import bench_op, store
 from rapid_llm.bench.cases import CaseArgs, register_case, unregister_case
 from rapid_llm.kernels import spec
-from rapid_llm.kernels.dispatch import _load_shipped_groups, explain, resolve
+from rapid_llm.kernels.dispatch import load_shipped_groups, explain, resolve
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 
 
@@ -111,7 +111,7 @@ def test_bench_op_times_eligible_cpu_rows_and_records(prio_rows):
 
 
 def test_bench_op_on_scale_skips_filtered_rows():
-    _load_shipped_groups()
+    load_shipped_groups()
     results = bench_op("scale", sizes=[256], dtypes=["fp32"], record=False, warmup=1, repeats=2)
     ran = {m.row for m in results}
     assert "native/scale" in ran and "jit/scale" not in ran  # the JIT row cannot run on CPU

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels import spec
-from rapid_llm.kernels.dispatch import _load_shipped_groups, explain
+from rapid_llm.kernels.dispatch import load_shipped_groups, explain
 from rapid_llm.kernels.golden import GoldenError, register_reference, verify
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 from rapid_llm.kernels.triton_support import interpreting
@@ -19,7 +19,7 @@ SMALL = (1, 4097)
 @pytest.fixture(autouse=True)
 def restore_registry():
     """verify() rewrites golden records; put the shipped rows back and drop test rows afterwards."""
-    _load_shipped_groups()
+    load_shipped_groups()
     before = {r.name: r for r in spec.rows_for("scale")}
     yield
     for row in spec.rows_for("scale"):

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 
 from rapid_llm.bench import store  # noqa: E402
 from rapid_llm.kernels import spec  # noqa: E402
-from rapid_llm.kernels.dispatch import _load_shipped_groups  # noqa: E402
+from rapid_llm.kernels.dispatch import load_shipped_groups  # noqa: E402
 from rapid_llm.kernels.golden import verify  # noqa: E402
 from rapid_llm.notebook import widgets  # noqa: E402
 
@@ -24,7 +24,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # no project root above: no committed results unless a test makes some
     monkeypatch.setattr(store, "_PACKAGE_DIR", tmp_path / "pkg")
-    _load_shipped_groups()
+    load_shipped_groups()
     before = {r.name: r for r in spec.rows_for("scale")}
     yield tmp_path
     for row in before.values():
