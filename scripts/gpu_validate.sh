@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Everything that only a CUDA machine exercises, with its logs kept under OUTDIR.
+#
+#   scripts/gpu_validate.sh OUTDIR tests   # the whole test suite (JIT rows, magic builds, capture)
+#   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for benchmarks/results/),
+#                                          # harness checks, dispatch overhead, widget PNGs for docs/
+#
+# Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
+# JIT source is built once; the build-time benchmark always uses a cache of its own.
+set -uo pipefail
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|bench}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|bench}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
+status=0
+step() {  # step NAME COMMAND...: run, tee the log, remember a failure
+  local name=$1; shift
+  echo "=== $name: $*"
+  "$@" 2>&1 | tee "$out/$name.log" || status=1
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.log"
+python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" | tee -a "$out/gpu.log"
+
+case $stage in
+  tests)
+    # cold and warm JIT build figures run beside the tests (CPU work, separate cache)
+    python benchmarks/kernels/jit_build_times.py > "$out/build_times.log" 2>&1 &
+    builds=$!
+    step pytest python -m pytest tests -q -rs -s -p no:cacheprovider
+    wait $builds || status=1
+    cat "$out/build_times.log"
+    ;;
+  bench)
+    step bench_scale python benchmarks/kernels/bench_scale.py --record --out benchmarks/results/scale_nvidia_h200.json
+    step check_harness python benchmarks/kernels/bench_scale.py --check-harness
+    step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
+    step widgets python -m rapid_llm.notebook.widgets docs/img --results benchmarks/results/scale_nvidia_h200.json
+    ;;
+  *)
+    echo "unknown stage $stage (tests or bench)" >&2; exit 2 ;;
+esac
+exit $status
