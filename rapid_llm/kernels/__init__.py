@@ -18,8 +18,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "RegistryError": ("rapid_llm.kernels.spec", "RegistryError"),
     "register": ("rapid_llm.kernels.spec", "register"),
     "unregister": ("rapid_llm.kernels.spec", "unregister"),
-    "get_row": ("rapid_llm.kernels.spec", "get_row"),
-    "rows_for": ("rapid_llm.kernels.spec", "rows_for"),
+    "get_row": ("rapid_llm.kernels.dispatch", "get_row"),
+    "rows_for": ("rapid_llm.kernels.dispatch", "rows_for"),
     # dispatch
     "resolve": ("rapid_llm.kernels.dispatch", "resolve"),
     "explain": ("rapid_llm.kernels.dispatch", "explain"),

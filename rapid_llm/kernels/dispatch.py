@@ -27,7 +27,7 @@ from rapid_llm.kernels import spec as _spec
 from rapid_llm.kernels.spec import UNMEASURED, DTYPE_NAMES, KernelSpec, RegistryError
 
 __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "size_bucket",
-           "load_shipped_groups"]
+           "load_shipped_groups", "get_row", "rows_for"]
 
 #: Groups whose rows ship with the package; imported on first dispatch or explain.
 SHIPPED_GROUPS = ("rapid_llm.kernels.ops.elementwise",)
@@ -164,8 +164,12 @@ def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, float
     return out
 
 
-def _choose(evaluated: list[tuple[KernelSpec, str | None, float | None]]) -> list[tuple[KernelSpec, float | None]]:
+def _choose(evaluated: list[tuple[KernelSpec, str | None, float | None]], ctx: Context) -> list[tuple[KernelSpec, float | None]]:
     survivors = [(i, row, m) for i, (row, reason, m) in enumerate(evaluated) if reason is None]
+    if not survivors:
+        # Only possible when the native row itself does not cover this dtype or device.
+        why = "; ".join(f"{row.name}: {reason}" for row, reason, _ in evaluated)
+        raise RegistryError(f"op {evaluated[0][0].op!r} has no row for {ctx.dtype} on {ctx.device.type}: {why}")
     survivors.sort(key=lambda t: _rank_key(t[1], t[2], t[0]))
     return [(row, m) for _, row, m in survivors]
 
@@ -184,7 +188,7 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
         dtype_short = dtype_name(dtype)
     device = torch.device(device if device is not None else "cpu")
     if capturing is None:
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
     return Context(dtype_short, device, size_bucket(numel if numel is not None else 1), bool(capturing))
 
 
@@ -192,7 +196,7 @@ def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
             capturing: bool | None = None) -> KernelSpec:
     """The row that a call of ``op`` with these tensors would run."""
     ctx = _context(op, tensors, dtype, device, numel, capturing)
-    return _choose(_evaluate(op, ctx))[0][0]
+    return _choose(_evaluate(op, ctx), ctx)[0][0]
 
 
 class Op:
@@ -233,11 +237,22 @@ class Op:
         return entry[0]
 
     def rows(self) -> list[KernelSpec]:
-        load_shipped_groups()
-        return _spec.rows_for(self.name)
+        return rows_for(self.name)
 
     def __repr__(self) -> str:
         return f"<rapid_llm op {self.name!r}>"
+
+
+def get_row(name: str) -> KernelSpec:
+    """A row by name, shipped rows included (they register on first use)."""
+    load_shipped_groups()
+    return _spec.get_row(name)
+
+
+def rows_for(op: str) -> list[KernelSpec]:
+    """An op's rows in registration order, shipped rows included."""
+    load_shipped_groups()
+    return _spec.rows_for(op)
 
 
 def get_op(name: str) -> Op:
@@ -315,7 +330,7 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
     """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=)."""
     ctx = _context(op, tensors, dtype, device, numel, capturing)
     evaluated = _evaluate(op, ctx)
-    ranked = _choose(evaluated)
+    ranked = _choose(evaluated, ctx)
     winner, winner_m = ranked[0]
     verdicts = []
     for row, reason, measured in evaluated:

@@ -411,8 +411,9 @@ class BenchPlot(_View):
                 f"{self.tables_html()}</div>")
 
     def widget(self) -> ipywidgets.Widget:
-        dtype = ipywidgets.Dropdown(options=[("all", None)] + [(d, d) for d in self.dtypes], value=self.dtype,
-                                    description="dtype")
+        # a dtype with no figures yet is not among the options: start on "all" then
+        dtype = ipywidgets.Dropdown(options=[("all", None)] + [(d, d) for d in self.dtypes],
+                                    value=self.dtype if self.dtype in self.dtypes else None, description="dtype")
         metric = ipywidgets.ToggleButtons(options=[("GB/s", "gbps"), ("latency", "latency")], value=self.metric)
         image = ipywidgets.Image(value=_png(self.figure()), format="png")
         table = ipywidgets.HTML(self.tables_html())

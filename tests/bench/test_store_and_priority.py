@@ -100,7 +100,7 @@ def test_measured_latency_orders_rows_and_unmeasured_loses(prio_rows):
 
 def test_bench_op_times_eligible_cpu_rows_and_records(prio_rows):
     native, a, b = prio_rows
-    results = bench_op("prio", sizes=[1024], dtypes=["fp32"], warmup=1, repeats=3)
+    results = bench_op("prio", sizes=[1024], dtypes=["fp32"], warmup=1, repeats=3, device="cpu")
     assert {m.row for m in results} == {native, a, b}
     assert all(m.result.is_cpu and m.result.gbps is not None for m in results)
     ex = explain("prio", dtype="fp32", device="cpu", numel=1024)
@@ -112,7 +112,7 @@ def test_bench_op_times_eligible_cpu_rows_and_records(prio_rows):
 
 def test_bench_op_on_scale_skips_filtered_rows():
     load_shipped_groups()
-    results = bench_op("scale", sizes=[256], dtypes=["fp32"], record=False, warmup=1, repeats=2)
+    results = bench_op("scale", sizes=[256], dtypes=["fp32"], record=False, warmup=1, repeats=2, device="cpu")
     ran = {m.row for m in results}
     assert "native/scale" in ran and "jit/scale" not in ran  # the JIT row cannot run on CPU
     assert store.entries("cpu", "scale") == []
@@ -122,12 +122,12 @@ def test_bench_op_bad_requests(prio_rows):
     with pytest.raises(ValueError, match="unknown op 'nope'"):
         bench_op("nope", sizes=[16])
     with pytest.raises(ValueError, match="no row 'x/y'"):
-        bench_op("prio", sizes=[16], rows=["x/y"])
+        bench_op("prio", sizes=[16], rows=["x/y"], device="cpu")
     with pytest.raises(ValueError, match="cannot run bf16 on cpu"):
         spec.register(KernelSpec(name="aot/prio_fp32", op="prio", backend="aot", target=_mul, devices=("cpu",),
                                  dtypes=("fp32",), golden=GoldenRecord(verified=True)))
         try:
-            bench_op("prio", sizes=[16], dtypes=["bf16"], rows=["aot/prio_fp32"])
+            bench_op("prio", sizes=[16], dtypes=["bf16"], rows=["aot/prio_fp32"], device="cpu")
         finally:
             spec.unregister("aot/prio_fp32")
     with pytest.raises(ValueError, match="at least one size"):

@@ -278,3 +278,28 @@ def test_real_capture_skips_graph_unsafe_rows(op):
     torch.cuda.synchronize()
     assert torch.equal(y, torch.full_like(x, 3.0))
     assert dispatch.explain(op.name, x, capturing=True).verdict(f"jit/{op.name}").reason.startswith("not graph safe")
+
+
+def test_no_row_at_all_for_a_dtype_raises_with_every_reason(op):
+    """When even the native row does not cover the dtype, say so instead of failing obscurely."""
+    spec.register(KernelSpec(name=f"native/{op.name}", op=op.name, backend="native", target=_impl("n"),
+                             devices=("cpu",), dtypes=("fp32",)), replace=True)
+    with pytest.raises(RegistryError, match=rf"op '{op.name}' has no row for bf16 on cpu: native/{op.name}: bf16 not in dtypes"):
+        dispatch.resolve(op.name, torch.ones(2, dtype=torch.bfloat16))
+
+
+def test_explain_for_cuda_on_a_machine_without_cuda(op):
+    """explain(device='cuda') answers on a CPU-only machine instead of touching the CUDA runtime."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only path")
+    e = dispatch.explain(op.name, dtype="fp32", device="cuda")
+    assert e.chosen.name == f"native/{op.name}"
+
+
+def test_get_row_finds_shipped_rows_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    code = "import rapid_llm.kernels as K; print(K.get_row('native/scale').backend, len(K.rows_for('scale')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["native", "3"]

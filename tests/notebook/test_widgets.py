@@ -74,7 +74,7 @@ def test_bench_plot_from_the_store(tmp_path):
         store.record("scale", "native/scale", "cpu", "fp32", n, n / 1000, gbps=8.0, roofline_fraction=0.4)
         store.record("scale", "reference/copy", "cpu", "fp32", n, n / 2000, gbps=16.0)
     store.record_meta("cpu", copy_roofline_gbps=20.0)
-    plot = widgets.bench_plot("scale")
+    plot = widgets.bench_plot("scale", device_name="cpu")
     text = str(plot)
     assert "CPU numbers" in text and "1M" in text and "native/scale" in text and "40%" in text
     assert "copy roofline: 20 GB/s" in text
