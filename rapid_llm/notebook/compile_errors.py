@@ -3,8 +3,10 @@
 The cell is written unchanged to ``csrc/<group>/NAME.cu`` and compiled from
 there, so the line numbers nvcc (``NAME.cu(12): error: ...``) and the host
 compiler (``NAME.cu:12:5: error: ...``) report for that file are the cell's
-own. This module keeps the error diagnostics with their context lines, drops
-the build tool's chatter, and says ``cell line 12`` instead of a path.
+own, one line down: JupyterLab numbers the ``%%cuda_jit`` line as line 1, so
+file line 12 is what the editor shows as cell line 13. This module keeps the
+error diagnostics with their context lines, drops the build tool's chatter,
+and says ``cell line 13`` instead of a path.
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ _NOISE = re.compile(
     r"|In file included from|\s+from |compilation terminated)"
 )
 _AT_LINE = re.compile(r"at line (\d+) of (\S+)")
+_GCC_ECHO = re.compile(r"^(\s*)(\d+)( \|.*)$")  # gcc's "   12 |   source" under a diagnostic
+
+#: The %%cuda_jit line is line 1 of the cell in the editor; the saved file starts below it.
+CELL_LINE_OFFSET = 1
 
 MAX_LINES = 40
 
@@ -39,15 +45,23 @@ def _is_cell(file: str, source: Path) -> bool:
     return Path(file.strip('"')).name == source.name
 
 
+def _cell_line(file_line: str | int) -> int:
+    return int(file_line) + CELL_LINE_OFFSET
+
+
 def _tell(match: re.Match, source: Path) -> str:
     if _is_cell(match["file"], source):
-        return f"cell line {match['line']}: {match['rest']}"
+        return f"cell line {_cell_line(match['line'])}: {match['rest']}"
     return f"{match['file']}({match['line']}): {match['rest']}"
 
 
-def _map_context(line: str, source: Path) -> str:
-    """``detected during ... at line 30 of /x/NAME.cu`` -> ``... at cell line 30``."""
-    return _AT_LINE.sub(lambda m: f"at cell line {m[1]}" if _is_cell(m[2], source) else m[0], line)
+def _map_context(line: str, source: Path, in_cell: bool) -> str:
+    """``at line 30 of /x/NAME.cu`` -> ``at cell line 31``; gcc's ``30 | src`` -> ``31 | src``."""
+    if in_cell:
+        echo = _GCC_ECHO.match(line)
+        if echo:
+            return f"{echo[1]}{_cell_line(echo[2])}{echo[3]}"
+    return _AT_LINE.sub(lambda m: f"at cell line {_cell_line(m[1])}" if _is_cell(m[2], source) else m[0], line)
 
 
 def cell_diagnostics(log: str, source: Path) -> tuple[list[str], int]:
@@ -59,7 +73,7 @@ def cell_diagnostics(log: str, source: Path) -> tuple[list[str], int]:
     """
     out: list[str] = []
     count = 0
-    in_error = False
+    in_error = in_cell = False
     for raw in log.splitlines():
         line = raw.rstrip()
         match = _NVCC.match(line) or _GCC.match(line)
@@ -67,8 +81,9 @@ def cell_diagnostics(log: str, source: Path) -> tuple[list[str], int]:
             out.append(_tell(match, source))
             count += 1
             in_error = True
+            in_cell = _is_cell(match["file"], source)
         elif in_error and line[:1].isspace() and line.strip():
-            out.append(_map_context(line, source))  # compilers indent a diagnostic's context
+            out.append(_map_context(line, source, in_cell))  # compilers indent a diagnostic's context
         else:
             in_error = False
             if (not _NOISE.match(line) and not _DIAGNOSTIC.match(line) and _OTHER_ERROR.search(line)

@@ -34,12 +34,12 @@ def test_nvcc_errors_are_told_at_cell_lines_with_their_context():
     lines, count = cell_diagnostics(NVCC_LOG, CELL)
     assert count == 3
     assert lines[:3] == [
-        'cell line 12: error: identifier "fator" is undefined',
+        'cell line 13: error: identifier "fator" is undefined',
         "      out[i] = in[i] * fator;",
         "                       ^",
     ]
-    assert 'cell line 14: error: no suitable conversion function from "at::Tensor" to "float *" exists' in lines
-    assert any(line.endswith("at cell line 30") for line in lines)
+    assert 'cell line 15: error: no suitable conversion function from "at::Tensor" to "float *" exists' in lines
+    assert any(line.endswith("at cell line 31") for line in lines)
     assert '/usr/include/torch/csrc/api.h(7): error: expected a ";"' in lines
 
 
@@ -57,7 +57,8 @@ def test_host_compiler_errors_are_mapped_too():
            "ptxas error   : Entry function 'k' uses too much shared data (0x10000 bytes, 0xc000 max)\n")
     lines, count = cell_diagnostics(log, CELL)
     assert count == 2
-    assert lines == ["cell line 7: error: 'y' was not declared in this scope", "    7 |   y = 1;", "      |   ^",
+    # one line down: the %%cuda_jit line is cell line 1 in the editor
+    assert lines == ["cell line 8: error: 'y' was not declared in this scope", "    8 |   y = 1;", "      |   ^",
                      "ptxas error   : Entry function 'k' uses too much shared data (0x10000 bytes, 0xc000 max)"]
 
 

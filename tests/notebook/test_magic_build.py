@@ -91,7 +91,8 @@ def test_compile_error_shows_cell_lines_and_the_last_good_build_keeps_serving(sh
         shell.run_cell_magic("cuda_jit", LINE, "\n".join(lines))
     message = str(info.value)
     assert message.startswith("scale_vec: compile failed (csrc/elementwise/scale_vec.cu), 1 error:")
-    assert "cell line 6: error: 'undefined_name' undeclared" in message
+    # inserted as line 6 of the body: line 7 of the cell, the %%cuda_jit line being line 1
+    assert "cell line 7: error: 'undefined_name' undeclared" in message
     assert "keeps serving: scale_vec(), version() and row jit/scale_vec unchanged" in message
     assert "--verbose" in message and str(tmp_path) not in message
     assert isinstance(info.value, jit.BuildError)
@@ -104,7 +105,7 @@ def test_compile_error_prints_no_python_traceback(shell, gcc, capsys):
     result = shell.run_cell("%%cuda_jit broken\nint x = ;\n")
     assert isinstance(result.error_in_exec, CellBuildError)
     text = capsys.readouterr().out
-    assert "cell line 1: error" in text
+    assert "cell line 2: error" in text
     assert "broken has no earlier good build in this kernel: nothing was bound or registered." in text
     assert "Traceback" not in text and "magics.py" not in text
 

@@ -181,14 +181,14 @@ def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, caps
     times["syntax error"] = time.perf_counter() - start
     message = str(info.value)
     report(message)
-    assert f"cell line {ERROR_LINE}: error" in message
+    assert f"cell line {ERROR_LINE + 1}: error" in message  # the %%cuda_jit line is cell line 1
     assert "keeps serving" in message
     assert shell.user_ns["version"]() == 2  # the last good build still answers
     _check_scale(shell)
 
     with pytest.raises(CellBuildError) as info:  # --verbose: the log comes from the captured fds
         shell.run_cell_magic("cuda_jit", LINE + " --verbose", broken_cell())
-    assert f"cell line {ERROR_LINE}: error" in str(info.value)
+    assert f"cell line {ERROR_LINE + 1}: error" in str(info.value)
     verbose_out = capsys.readouterr().out
     assert "nvcc" in verbose_out and "flags  -O3" in verbose_out
     assert shell.user_ns["version"]() == 2
