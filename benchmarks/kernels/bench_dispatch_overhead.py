@@ -9,6 +9,7 @@ device and size class). Times are host-side, from the harness's bench_host.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from typing import Sequence
 
@@ -25,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--n", type=int, default=2000, help="calls per timed round")
+    parser.add_argument("--pairs", type=int, default=5, help="interleaved (dispatch, direct) measurements")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
@@ -33,12 +35,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     direct = row.load()
     op = K.scale
     op(x, 2.0)  # fill the dispatch cache: the steady state is what a model sees
-    via_op = bench_host(op, x, 2.0, n=args.n, label="rapid_llm.kernels.scale")
-    via_row = bench_host(direct, x, 2.0, n=args.n, label=row.name)
-    print(f"scale, {args.numel} {args.dtype} elements on {via_op.device}; chosen row {row.name}")
-    print(f"  through dispatch : {via_op.median_us:7.2f} us/call (p20 {via_op.p20_us:.2f}, p80 {via_op.p80_us:.2f})")
-    print(f"  row called direct: {via_row.median_us:7.2f} us/call (p20 {via_row.p20_us:.2f}, p80 {via_row.p80_us:.2f})")
-    print(f"  dispatch adds    : {via_op.median_us - via_row.median_us:7.2f} us/call")
+    # Interleave the two arms so drift in the machine's state hits both alike.
+    via_op, via_row = [], []
+    for _ in range(args.pairs):
+        via_op.append(bench_host(op, x, 2.0, n=args.n, label="rapid_llm.kernels.scale"))
+        via_row.append(bench_host(direct, x, 2.0, n=args.n, label=row.name))
+    op_us = statistics.median(r.median_us for r in via_op)
+    row_us = statistics.median(r.median_us for r in via_row)
+    print(f"scale, {args.numel} {args.dtype} elements on {via_op[0].device}; chosen row {row.name}")
+    print(f"  through dispatch : {op_us:7.2f} us/call (per pair: {', '.join(f'{r.median_us:.2f}' for r in via_op)})")
+    print(f"  row called direct: {row_us:7.2f} us/call (per pair: {', '.join(f'{r.median_us:.2f}' for r in via_row)})")
+    print(f"  dispatch adds    : {op_us - row_us:7.2f} us/call (median of {args.pairs} interleaved pairs)")
     return 0
 
 
