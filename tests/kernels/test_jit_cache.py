@@ -11,13 +11,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from rapid_llm.kernels import jit
+from tests.hang_guard import with_hang_guard
 from tests.jit_builders import GccBuilder, answer_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,26 +51,6 @@ def _source(tmp_path: Path, value: int, comment: str = "") -> Path:
 
 def _build(src: Path, name: str = "answer") -> jit.BuildResult:
     return jit.build_jit(name, src, extra_cuda_cflags=(), builder="test-gcc")
-
-
-def _with_hang_guard(fn):
-    """Run ``fn`` in a thread; fail (rather than hang the suite) if it does not return."""
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the test thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(HANG_GUARD_S)
-    if worker.is_alive():
-        pytest.fail(f"build still blocked after {HANG_GUARD_S} s: a dead build's lock is hanging it")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _subprocess_build(src: Path, name: str, cache: Path, builder_args: str) -> list[str]:
@@ -174,7 +154,7 @@ def test_build_killed_half_way_does_not_hang_the_next_one(tmp_path, builds, cach
         victim.stdout.close()
         victim.stderr.close()
 
-    result = _with_hang_guard(lambda: _build(src))
+    result = with_hang_guard(lambda: _build(src), HANG_GUARD_S, "build")
     assert result.cached is False and result.module.answer() == 5
     assert not list(cache_dir.glob("*.staging-*")), "the dead build's staging directory was not cleaned"
 

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 
 from rapid_llm.kernels import jit, spec
 from rapid_llm.notebook.compile_errors import CellBuildError
+from tests.hang_guard import with_hang_guard
 
 pytestmark = [
     pytest.mark.gpu,
@@ -129,25 +129,6 @@ def _start_victim(cell_file: Path, csrc: Path, cache: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _with_hang_guard(fn) -> float:
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["seconds"] = _timed(fn)
-        except BaseException as exc:  # handed to the test thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(HANG_GUARD_S)
-    if worker.is_alive():
-        pytest.fail(f"rebuild after the kill still running after {HANG_GUARD_S} s: a dead build's lock hangs it")
-    if "error" in box:
-        raise box["error"]
-    return box["seconds"]
-
-
 def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, capsys):
     reason = jit.available()
     if not reason:
@@ -210,8 +191,10 @@ def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, caps
         stale = [p for p in (cache / "jit").glob("scale_kill_*.staging-*/lock")]
         report(f"killed the build after {KILL_AFTER_S:.0f} s; torch lock files left behind: {len(stale)}")
 
-        times["kill, then rebuild"] = _with_hang_guard(
-            lambda: shell.run_cell_magic("cuda_jit", "scale_kill --group elementwise", cell_file.read_text()))
+        times["kill, then rebuild"] = with_hang_guard(
+            lambda: _timed(lambda: shell.run_cell_magic("cuda_jit", "scale_kill --group elementwise",
+                                                        cell_file.read_text())),
+            HANG_GUARD_S, "the rebuild after the kill")
     finally:
         try:
             os.killpg(victim.pid, signal.SIGKILL)  # compilers the dead build left running
