@@ -16,8 +16,11 @@ directory is complete or absent, and neither a dead build's files (torch's
 build. The manifest holds the binary's sha256; a cached binary that does not
 match it (truncated, corrupted) is rebuilt, never loaded.
 
-Builders are pluggable (:class:`Builder`): torch's ``cpp_extension`` is the
-default, and a faster path can slot in beside it without callers changing.
+Builders are pluggable (:class:`Builder`). A source that includes torch's
+headers (or defines a ``PYBIND11_MODULE``) builds through torch's
+``cpp_extension``, as the seed tutorial says; any other source builds through
+the fast path (:mod:`rapid_llm.kernels.fastpath`), which compiles host and
+device code separately without torch headers, in well under a second.
 """
 from __future__ import annotations
 
@@ -51,12 +54,18 @@ __all__ = [
     "TorchExtensionBuilder",
     "register_builder",
     "builders",
+    "default_builder",
+    "build_binary",
+    "module_name",
+    "target_arch",
     "cache_root",
     "CSRC",
 ]
 
 CSRC = Path(__file__).parent / "csrc"
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+#: What marks a source for torch's loader: its headers, or a pybind11 module.
+_TORCH_SOURCE_RE = re.compile(r'^\s*(?:#\s*include\s*[<"](?:torch|ATen|c10|pybind11)/|PYBIND11_MODULE\b)', re.M)
 MANIFEST = "rapid_llm_manifest.json"
 
 
@@ -86,8 +95,6 @@ def available(device: Any = None) -> Availability:
         return Availability(False, "no CUDA device visible (torch.cuda.is_available() is False)")
     if _nvcc_path() is None:
         return Availability(False, "nvcc not found (put the CUDA toolkit's bin on PATH or set CUDA_HOME)")
-    if shutil.which("ninja") is None and importlib.util.find_spec("ninja") is None:
-        return Availability(False, "ninja not found (pip install ninja)")
     return Availability(True)
 
 
@@ -120,8 +127,12 @@ class Builder(Protocol):
     def build(self, request: BuildRequest) -> Path: ...
 
 
-def _module_name(request: BuildRequest) -> str:
+def module_name(request: BuildRequest) -> str:
+    """The import name of a build: unique per cache key, so an edited source never aliases."""
     return f"rapid_llm_jit_{request.name}_{request.key[:12]}"
+
+
+_module_name = module_name
 
 
 class TorchExtensionBuilder:
@@ -134,6 +145,8 @@ class TorchExtensionBuilder:
 
         if CUDA_HOME is None:
             raise RuntimeError("JIT kernels need a CUDA toolkit (CUDA_HOME unset and nvcc not on PATH)")
+        if shutil.which("ninja") is None and importlib.util.find_spec("ninja") is None:
+            raise RuntimeError("torch's extension loader needs ninja (pip install ninja)")
         mod_name = _module_name(request)
         try:
             # is_python_module=False: torch only dlopens the library; build_jit
@@ -160,8 +173,27 @@ class TorchExtensionBuilder:
         return so
 
 
+def _fast_builder() -> Builder:
+    from rapid_llm.kernels.fastpath.builder import FastBuilder
+
+    return FastBuilder()
+
+
 _BUILDERS: dict[str, Builder] = {"torch": TorchExtensionBuilder()}
-DEFAULT_BUILDER = "torch"
+_LAZY_BUILDERS = {"fast": _fast_builder}
+DEFAULT_BUILDER = "torch"  # for sources that include torch's headers; see default_builder()
+
+
+def _builder(key: str) -> Builder:
+    if key not in _BUILDERS and key in _LAZY_BUILDERS:
+        _BUILDERS[key] = _LAZY_BUILDERS[key]()
+    return _BUILDERS[key]
+
+
+def default_builder(source: str | os.PathLike) -> str:
+    """"torch" for a source (or local header) that includes torch's headers, else "fast"."""
+    paths = _local_sources(resolve_source(source))
+    return "torch" if any(_TORCH_SOURCE_RE.search(p.read_text(errors="replace")) for p in paths) else "fast"
 
 
 def register_builder(key: str, builder: Builder) -> None:
@@ -171,7 +203,7 @@ def register_builder(key: str, builder: Builder) -> None:
 
 def builders() -> tuple[str, ...]:
     """The registered build paths' keys (what ``build_jit(builder=...)`` accepts)."""
-    return tuple(sorted(_BUILDERS))
+    return tuple(sorted({*_BUILDERS, *_LAZY_BUILDERS}))
 
 
 def cache_root() -> Path:
@@ -191,9 +223,11 @@ def _local_sources(source: Path, seen: set[Path] | None = None) -> list[Path]:
     seen.add(source)
     out = [source]
     for inc in _INCLUDE_RE.findall(source.read_text(errors="replace")):
-        path = (source.parent / inc)
-        if path.exists():
-            out.extend(_local_sources(path, seen))
+        for base in (source.parent, CSRC):  # beside the source, then the project's shared headers
+            path = base / inc
+            if path.is_file():
+                out.extend(_local_sources(path, seen))
+                break
     return out
 
 
@@ -223,8 +257,15 @@ def _arch_list() -> str:
     return "none"
 
 
-def cache_key(source: Path, extra_cuda_cflags: Sequence[str]) -> str:
+def target_arch() -> str:
+    """The compute capability device code is built for: the first of the arch list, else 9.0."""
+    first = _arch_list().replace(" ", ";").split(";")[0].replace("+PTX", "")
+    return first if first and first != "none" else "9.0"
+
+
+def cache_key(source: Path, extra_cuda_cflags: Sequence[str], builder: str = "torch") -> str:
     h = hashlib.sha256()
+    h.update(builder.encode())
     for path in _local_sources(source):
         h.update(path.name.encode())
         h.update(path.read_bytes())
@@ -305,6 +346,17 @@ def _build_and_publish(request: BuildRequest, builder: Builder) -> Path:
     return final / so.name
 
 
+def build_binary(request: BuildRequest, builder: Builder) -> Path:
+    """The intact cached binary of ``request``, else build and publish it under the lock."""
+    so = _cached_binary(request.build_dir)
+    if so is None:
+        with _build_lock(request.build_dir):
+            so = _cached_binary(request.build_dir, repair=True)
+            if so is None:
+                so = _build_and_publish(request, builder)
+    return so
+
+
 def _import_binary(request: BuildRequest, so: Path) -> ModuleType:
     mod_name = _module_name(request)
     existing = sys.modules.get(mod_name)
@@ -339,16 +391,16 @@ def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequen
     """
     if not name.isidentifier():
         raise ValueError(f"JIT module name must be an identifier, got {name!r}")
+    start = time.perf_counter()
     path = resolve_source(source)
     flags = tuple(extra_cuda_cflags)
-    key = cache_key(path, flags)
+    key_name = builder or default_builder(path)
+    if key_name not in builders():
+        raise ValueError(f"unknown JIT builder {builder!r}; registered: {', '.join(builders())}")
+    chosen = _builder(key_name)
+    key = cache_key(path, flags, key_name)
     build_dir = cache_root() / f"{name}_{key[:16]}"
     request = BuildRequest(name, path, flags, key, build_dir, verbose)
-    try:
-        chosen = _BUILDERS[builder or DEFAULT_BUILDER]
-    except KeyError:
-        raise ValueError(f"unknown JIT builder {builder!r}; registered: {', '.join(sorted(_BUILDERS))}") from None
-    start = time.perf_counter()
     so = _cached_binary(build_dir)
     cached = so is not None
     if so is None:
@@ -358,7 +410,8 @@ def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequen
             cached = so is not None
             if so is None:
                 so = _build_and_publish(request, chosen)
-    module = _import_binary(request, so)
+    loader = getattr(chosen, "load", None)
+    module = loader(request, so) if loader is not None else _import_binary(request, so)
     return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name)
 
 

@@ -181,7 +181,7 @@ class CudaJitMagics(Magics):
                 return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder, verbose=True)
 
         if verbose:
-            print(f"source {path}\nflags  {' '.join(flags) or '(none)'}\nbuilder {builder or jit.DEFAULT_BUILDER}")
+            print(f"source {path}\nflags  {' '.join(flags) or '(none)'}\nbuilder {builder or jit.default_builder(path)}")
         try:
             result, _ = run_with_progress(work, f"building {shown}", status)
         except jit.BuildError as exc:

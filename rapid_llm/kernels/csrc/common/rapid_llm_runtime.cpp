@@ -1,0 +1,236 @@
+// The host-side runtime of fast-path modules: everything in rapid_llm.cuh that
+// is not a template. Compiled once per machine and linked into every module,
+// so a cell's host pass compiles only the cell.
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "rapid_llm.cuh"
+
+// Defined by each module's generated kernel table; the binding fills the handles at load.
+extern "C" {
+extern const int rl_kernel_count;
+extern const void* const rl_kernel_symbols[];
+extern const char* const rl_kernel_names[];
+extern void* rl_kernel_handles[];
+extern const rl_runtime* rl_runtime_slot;
+}
+
+namespace rl {
+namespace {
+
+// A failed RL_CHECK: RuntimeError in Python with this message.
+struct CheckError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A CUDA call that failed: RuntimeError too, its message starting with "CUDA error".
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+thread_local const rl_call* current_call = nullptr;
+
+std::string demangle(const char* name) {
+  int status = 0;
+  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string s = status == 0 && out ? out : name;
+  std::free(out);
+  return s;
+}
+
+int call_device(const char* what) {
+  const int device = current_call ? current_call->device : -1;
+  if (device < 0 || device >= 64) detail::check_failed(std::string(what) + ": the call has no CUDA tensor");
+  return device;
+}
+
+int fail(int code, const char* what, char* err, size_t len) {
+  if (len) {
+    size_t n = 0;
+    for (; what[n] && n + 1 < len; ++n) err[n] = what[n];
+    err[n] = '\0';
+  }
+  return code;
+}
+
+const rl_export* export_head = nullptr;
+
+}  // namespace
+
+namespace detail {
+void append(std::string& s, const char* v) { s += v ? v : "(null)"; }
+void append(std::string& s, const std::string& v) { s += v; }
+void append(std::string& s, char v) { s += v; }
+void append(std::string& s, bool v) { s += v ? "true" : "false"; }
+void append(std::string& s, long long v) { s += std::to_string(v); }
+void append(std::string& s, unsigned long long v) { s += std::to_string(v); }
+void append(std::string& s, double v) {
+  std::string t = std::to_string(v);
+  while (t.size() > 1 && t.back() == '0' && t[t.size() - 2] != '.') t.pop_back();
+  s += t;
+}
+void check_failed(const std::string& message) { throw CheckError(message); }
+
+void unsupported_dtype(const char* op, int32_t dtype, std::initializer_list<int32_t> supported) {
+  std::string ok;
+  for (int32_t d : supported) ok += (ok.empty() ? "" : ", ") + std::string(dtype_name(d));
+  check_failed(std::string(op) + ": dtype " + dtype_name(dtype) + " is not supported (supported: " + ok + ")");
+}
+
+void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, void** args) {
+  int i = 0;
+  while (i < rl_kernel_count && rl_kernel_symbols[i] != host_symbol) ++i;
+  if (i == rl_kernel_count)
+    check_failed("rl::launch: not a kernel of this module (declare it with __global__ in the host code)");
+  const std::string what = demangle(rl_kernel_names[i]);
+  if (!(grid.x && grid.y && grid.z && block.x && block.y && block.z))
+    check_failed("launching " + what + ": empty grid or block (return before launching on empty inputs)");
+  if (rl_runtime_slot == nullptr || rl_kernel_handles[i] == nullptr)
+    throw CudaError("CUDA error: the kernels of this module are not loaded (no CUDA driver in this process)");
+  const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+  const int result = rl_runtime_slot->launch(rl_kernel_handles[i], g, b, smem,
+                                             current_call ? current_call->stream : nullptr, args);
+  if (result != 0) throw CudaError("CUDA error launching " + what + ": " + rl_runtime_slot->error_string(result));
+}
+
+int guarded_call(void (*body)(const rl_arg*, void*), const rl_arg* args, void* fn, const rl_call* call, char* err,
+                 size_t err_len) {
+  const rl_call* saved = current_call;
+  current_call = call;
+  int status = RL_OK;
+  try {
+    body(args, fn);
+  } catch (const CheckError& e) {
+    status = fail(RL_CHECK_FAILED, e.what(), err, err_len);
+  } catch (const CudaError& e) {
+    status = fail(RL_CUDA_FAILED, e.what(), err, err_len);
+  } catch (const std::exception& e) {
+    status = fail(RL_INTERNAL, e.what(), err, err_len);
+  } catch (...) {
+    status = fail(RL_INTERNAL, "unknown C++ exception", err, err_len);
+  }
+  current_call = saved;
+  return status;
+}
+
+Registrar::Registrar(const char* name, const char* sig, const char* doc, rl_fn fn)
+    : entry{name, sig, doc, fn, export_head} {
+  export_head = &entry;
+}
+}  // namespace detail
+
+const char* dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case RL_FP32: return "fp32";
+    case RL_FP16: return "fp16";
+    case RL_BF16: return "bf16";
+    case RL_FP64: return "fp64";
+    case RL_INT8: return "int8";
+    case RL_INT16: return "int16";
+    case RL_INT32: return "int32";
+    case RL_INT64: return "int64";
+    case RL_UINT8: return "uint8";
+    case RL_BOOL: return "bool";
+    case RL_FP8_E4M3: return "fp8_e4m3";
+    case RL_FP8_E5M2: return "fp8_e5m2";
+    default: return "an unsupported dtype";
+  }
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int32_t i = 0; i < t_->ndim; ++i) n *= t_->shape[i];
+  return n;
+}
+
+int64_t Tensor::element_size() const {
+  switch (t_->dtype) {
+    case RL_FP64: case RL_INT64: return 8;
+    case RL_FP32: case RL_INT32: return 4;
+    case RL_FP16: case RL_BF16: case RL_INT16: return 2;
+    case RL_INT8: case RL_UINT8: case RL_BOOL: case RL_FP8_E4M3: case RL_FP8_E5M2: return 1;
+    default: return 0;
+  }
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int32_t i = t_->ndim - 1; i >= 0; --i) {
+    if (t_->shape[i] != 1 && t_->strides[i] != expected) return false;
+    expected *= t_->shape[i];
+  }
+  return true;
+}
+
+bool Tensor::same_shape(const Tensor& o) const {
+  if (t_->ndim != o.t_->ndim) return false;
+  for (int32_t i = 0; i < t_->ndim; ++i)
+    if (t_->shape[i] != o.t_->shape[i]) return false;
+  return true;
+}
+
+std::string Tensor::shape_str() const {
+  std::string s = "[";
+  for (int32_t i = 0; i < t_->ndim; ++i) s += (i ? ", " : "") + std::to_string(t_->shape[i]);
+  return s + "]";
+}
+
+std::string Tensor::device_str() const {
+  if (t_->device_type == RL_CUDA) return "cuda:" + std::to_string(t_->device_id);
+  return t_->device_type == RL_CPU ? "cpu" : "another device";
+}
+
+std::string Tensor::describe() const { return shape_str() + " " + dtype_name(t_->dtype) + " on " + device_str(); }
+
+void Tensor::check_dtype(int32_t wanted) const {
+  if (wanted != t_->dtype)
+    detail::check_failed(std::string("data<") + dtype_name(wanted) + ">() of a " + dtype_name(t_->dtype) +
+                         " tensor " + describe());
+}
+
+void check_cuda(const char* op, std::initializer_list<Tensor> tensors) {
+  int32_t device = -1;
+  for (const Tensor& t : tensors) {
+    RL_CHECK(t.is_cuda(), op, ": CUDA tensors only, got ", t.describe());
+    RL_CHECK(device < 0 || t.device_index() == device, op, ": tensors on different devices (cuda:", device,
+             " and ", t.device_str(), ")");
+    device = t.device_index();
+  }
+}
+
+void check_contiguous(const char* op, std::initializer_list<Tensor> tensors) {
+  for (const Tensor& t : tensors)
+    RL_CHECK(t.is_contiguous(), op, ": contiguous tensors only, got a strided view ", t.describe());
+}
+
+void check_same(const char* op, const Tensor& a, const Tensor& b) {
+  RL_CHECK(a.same_shape(b) && a.dtype() == b.dtype(), op, ": shapes/dtypes differ: ", a.describe(), " vs ",
+           b.describe());
+}
+
+cudaStream_t current_stream() {
+  return current_call ? static_cast<cudaStream_t>(current_call->stream) : nullptr;
+}
+
+int device_attribute(int attribute) {
+  const int device = call_device("rl::device_attribute");
+  if (rl_runtime_slot == nullptr) throw CudaError("CUDA error: no CUDA driver in this process");
+  int value = 0;
+  const int result = rl_runtime_slot->device_attribute(attribute, device, &value);
+  if (result != 0)
+    throw CudaError("CUDA error reading device attribute " + std::to_string(attribute) + ": " +
+                    rl_runtime_slot->error_string(result));
+  return value;
+}
+
+int sm_count() {
+  static thread_local int cached[64] = {};
+  const int device = call_device("rl::sm_count");
+  if (cached[device] == 0) cached[device] = device_attribute(16);  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  return cached[device];
+}
+
+}  // namespace rl
+
+extern "C" __attribute__((visibility("default"))) const rl_export* rapid_llm_exports() { return rl::export_head; }

@@ -1,0 +1,185 @@
+"""FastBuilder: host pass, kernel discovery, device pass, one link; see the package docstring."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from rapid_llm.kernels.fastpath import device, symbols
+
+__all__ = ["FastBuilder", "HOST_FLAGS"]
+
+#: -O1: a launcher is a few checks and a launch; -O2 doubles the host pass for nothing measurable.
+HOST_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
+_SHARED_FLAG_PREFIXES = ("-D", "-U", "-I")  # flags both passes must see
+
+
+def _stub_source(cubin: Path, kernels: list[tuple[str, str]]) -> str:
+    """The table that ties host symbols to device kernels, and the cubin embedded as data."""
+    lines = ['#include "rapid_llm_abi.h"', "#define RL_STUB __attribute__((visibility(\"hidden\"), noinline))"]
+    for symbol, _ in kernels:
+        lines.append(f"RL_STUB void {symbol}(void) {{ __asm__ volatile(\"\"); }}")
+    n = len(kernels)
+    lines += [
+        "const int rl_abi_version = RL_ABI_VERSION;",
+        f"const int rl_kernel_count = {n};",
+        "const char* const rl_kernel_names[] = {" + "".join(f'"{d}", ' for _, d in kernels) + "0};",
+        "const void* const rl_kernel_symbols[] = {" + "".join(f"(const void*)&{s}, " for s, _ in kernels) + "0};",
+        f"void* rl_kernel_handles[{n + 1}];",
+        "const rl_runtime* rl_runtime_slot;",
+        '__asm__(".section .rodata\\n.balign 64\\n.globl rl_cubin_data\\n.type rl_cubin_data, @object\\n"',
+        f'        "rl_cubin_data:\\n.incbin \\"{cubin}\\"\\n.byte 0\\n.previous\\n");',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _warm_binding() -> None:
+    from rapid_llm.kernels.fastpath.binding import fastcall
+
+    try:
+        fastcall()
+    except Exception:  # noqa: BLE001 - load_module raises it again, in the caller's thread
+        pass
+
+
+@functools.cache
+def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
+    """The host pass's precompiled light header (as flags) and the runtime object every module links.
+
+    Parsing the C++ standard headers and compiling the header's non-template
+    code would be most of every host pass; both are done once per machine
+    (cached like any build) instead. Without a usable PCH the source simply
+    includes the header itself.
+    """
+    from rapid_llm.kernels.jit import CSRC, BuildRequest, build_binary, cache_root
+
+    common = CSRC / "common"
+    h = hashlib.sha256()
+    for name in ("rapid_llm.cuh", "rapid_llm_abi.h", "rapid_llm_runtime.cpp"):
+        h.update((common / name).read_bytes())
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    h.update(f"{cxx}\0{version}\0{HOST_FLAGS}".encode())
+    key = h.hexdigest()
+    request = BuildRequest("host_support", common / "rapid_llm_runtime.cpp", (), key,
+                           cache_root() / f"host_support_{key[:16]}")
+    runtime = build_binary(request, _HostSupportBuilder(cxx))
+    pch = runtime.parent / "rapid_llm_pch.h.gch"
+    flags = ("-Winvalid-pch", f"-I{runtime.parent}", "-include", "rapid_llm_pch.h") if pch.is_file() else ()
+    return flags, runtime
+
+
+class _HostSupportBuilder:
+    name = "host-support"
+
+    def __init__(self, cxx: str) -> None:
+        self.cxx = cxx
+
+    def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
+        from rapid_llm.kernels.jit import CSRC, BuildError
+
+        common = CSRC / "common"
+        runtime = request.build_dir / "rapid_llm_runtime.o"
+        cmd = [self.cxx, *HOST_FLAGS, f"-I{common}", "-c", str(common / "rapid_llm_runtime.cpp"), "-o", str(runtime)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"building the fast path's host runtime failed:\n{proc.stderr}", log=proc.stderr,
+                             source=common / "rapid_llm_runtime.cpp")
+        wrapper = request.build_dir / "rapid_llm_pch.h"
+        wrapper.write_text('#include "common/rapid_llm.cuh"\n')
+        subprocess.run([self.cxx, *HOST_FLAGS, f"-I{CSRC}", f"-I{common}", "-x", "c++-header", str(wrapper),
+                        "-o", str(wrapper) + ".gch"], capture_output=True, text=True)  # optional: a speed-up only
+        return runtime
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"the fast build path needs {name} (binutils / the host C++ compiler) on PATH")
+    return path
+
+
+class FastBuilder:
+    """Builds a source that includes ``common/rapid_llm.cuh`` (and no torch header)."""
+
+    name = "fast"
+
+    def __init__(self, device_compiler: str | None = None) -> None:
+        self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)
+
+    def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
+        from rapid_llm.kernels.jit import CSRC, BuildError, target_arch
+
+        src, out_dir = request.source, request.build_dir
+        includes = [f"-I{CSRC}", f"-I{CSRC / 'common'}", f"-I{src.parent}"]
+        shared = [f for f in request.extra_cuda_cflags if f.startswith(_SHARED_FLAG_PREFIXES)]
+        env = dict(os.environ, LC_ALL="C")
+
+        def run(cmd: list[str], what: str) -> str:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            log = proc.stdout + proc.stderr
+            if request.verbose:
+                print("$ " + " ".join(cmd) + ("\n" + log if log.strip() else ""))
+            if proc.returncode != 0:
+                raise BuildError(f"building {src.name} failed in the {what}:\n{log}", log=log, source=src)
+            return log
+
+        binding = threading.Thread(target=_warm_binding, daemon=True)
+        binding.start()  # built once per Python; overlaps the host pass on a fresh machine
+        cxx = os.environ.get("CXX", _tool("g++"))
+        host_obj = out_dir / "host.o"
+        pch_flags, runtime = host_support(cxx)
+        run([cxx, *HOST_FLAGS, *pch_flags, *includes, *shared, "-c", "-x", "c++", str(src), "-o", str(host_obj)],
+            "host pass")
+        kernels = symbols.launched_kernels(host_obj)
+        arch = device.arch_name(target_arch())
+        try:
+            code = device.compile_device(src, kernels, arch, request.extra_cuda_cflags, [CSRC, CSRC / "common"],
+                                         work_dir=out_dir, compiler=self.device_compiler)
+        except device.DeviceCompileError as exc:
+            raise BuildError(f"building {src.name} failed in the device pass: {exc}\n{exc.log}", log=exc.log or str(exc),
+                             source=src) from None
+        if request.verbose and code.log.strip():
+            print(code.log)
+        self._check_agreement(kernels, code, src)
+        cubin = out_dir / "kernels.cubin"
+        cubin.write_bytes(code.cubin)
+        stub = out_dir / "kernel_table.c"
+        stub.write_text(_stub_source(cubin, [(k.symbol, k.demangled) for k in kernels]))
+        so = out_dir / f"{request.name}.so"
+        binding.join()
+        run([os.environ.get("CC", _tool("gcc")), "-shared", "-fPIC", f"-I{CSRC / 'common'}", str(host_obj),
+             str(runtime), str(stub), "-lstdc++", "-Wl,--no-undefined", "-o", str(so)], "link")
+        return so
+
+    @staticmethod
+    def _check_agreement(kernels: list[symbols.KernelRef], code: device.DeviceCode, src: Path) -> None:
+        from rapid_llm.kernels.jit import BuildError
+
+        problems = []
+        for k in kernels:
+            lowered = code.lowered.get(k.name_expression)
+            if lowered is None:
+                problems.append(f"the host code launches {k.demangled}, which the device code does not define")
+            elif lowered != k.symbol:
+                problems.append(f"the host code declares {k.demangled}, but the device code defines "
+                                f"{_demangle(lowered)}: make the declaration match the definition")
+        if problems:
+            log = "\n".join(f"{src}: error: {p}" for p in problems)
+            raise BuildError(f"building {src.name} failed: host and device code disagree:\n{log}", log=log, source=src)
+
+    @staticmethod
+    def load(request, so: Path) -> ModuleType:  # noqa: ANN001 - a jit.BuildRequest
+        from rapid_llm.kernels.fastpath.binding import load_module
+        from rapid_llm.kernels.jit import module_name
+
+        return load_module(so, module_name(request))
+
+
+def _demangle(symbol: str) -> str:
+    proc = subprocess.run(["c++filt", symbol], capture_output=True, text=True)
+    return proc.stdout.strip() or symbol

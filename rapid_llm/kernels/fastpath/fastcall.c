@@ -1,0 +1,390 @@
+/* The precompiled half of the fast path: Python call -> C launcher.
+ *
+ * Built once per Python (a few hundred ms of gcc) and reused by every fast-path
+ * module. Per call it turns torch tensors into rl_tensor views through torch's
+ * DLPack C exchange API (no Python-level calls), makes the device of the first
+ * CUDA tensor current, asks torch for its current stream there, and calls the
+ * module's launcher. It reaches the CUDA driver through libcuda, which torch
+ * has already loaded; a module without kernels needs no driver at all.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rapid_llm_abi.h"
+
+/* ---- DLPack (the stable C ABI torch exports through __dlpack_c_exchange_api__) ---- */
+typedef struct { uint32_t major, minor; } DLPackVersion;
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} DLTensor;
+typedef struct DLPackExchangeAPIHeader {
+  DLPackVersion version;
+  struct DLPackExchangeAPIHeader* prev_api;
+} DLPackExchangeAPIHeader;
+typedef struct {
+  DLPackExchangeAPIHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
+} DLPackExchangeAPI;
+enum { kDLCPU = 1, kDLCUDA = 2 };
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6, kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12 };
+
+#define RL_MAX_ARGS 32
+#define RL_ERR_LEN 2048
+
+static PyTypeObject* tensor_type = NULL;
+static const DLPackExchangeAPI* dlpack = NULL;
+
+/* ---- the CUDA driver, resolved from libcuda on first need ---- */
+typedef int (*cu_init_t)(unsigned);
+typedef int (*cu_device_get_t)(int*, int);
+typedef int (*cu_primary_retain_t)(void**, int);
+typedef int (*cu_ctx_get_t)(void**);
+typedef int (*cu_ctx_set_t)(void*);
+typedef int (*cu_ctx_get_device_t)(int*);
+typedef int (*cu_launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                           void**, void**);
+typedef int (*cu_library_load_t)(void**, const void*, void*, void*, unsigned, void*, void*, unsigned);
+typedef int (*cu_library_kernel_t)(void**, void*, const char*);
+typedef int (*cu_kernel_set_attr_t)(int, int, void*, int);
+typedef int (*cu_error_t)(int, const char**);
+typedef int (*cu_device_attr_t)(int*, int, int);
+
+static struct {
+  int loaded;
+  cu_init_t init;
+  cu_device_get_t device_get;
+  cu_primary_retain_t primary_retain;
+  cu_ctx_get_t ctx_get;
+  cu_ctx_set_t ctx_set;
+  cu_ctx_get_device_t ctx_get_device;
+  cu_launch_t launch;
+  cu_library_load_t library_load;
+  cu_library_kernel_t library_kernel;
+  cu_kernel_set_attr_t kernel_set_attr;
+  cu_error_t error_name;
+  cu_error_t error_string;
+  cu_device_attr_t device_attr;
+  void* primary[64];
+} cu;
+
+static const char* load_driver(void) {
+  if (cu.loaded) return NULL;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) return "the CUDA driver (libcuda.so.1) could not be loaded";
+#define RL_SYM(field, name)                                            \
+  *(void**)(&cu.field) = dlsym(lib, name);                             \
+  if (!cu.field) return "the CUDA driver lacks " name " (CUDA 12.0 or newer is needed)";
+  RL_SYM(init, "cuInit");
+  RL_SYM(device_get, "cuDeviceGet");
+  RL_SYM(primary_retain, "cuDevicePrimaryCtxRetain");
+  RL_SYM(ctx_get, "cuCtxGetCurrent");
+  RL_SYM(ctx_set, "cuCtxSetCurrent");
+  RL_SYM(ctx_get_device, "cuCtxGetDevice");
+  RL_SYM(launch, "cuLaunchKernel");
+  RL_SYM(library_load, "cuLibraryLoadData");
+  RL_SYM(library_kernel, "cuLibraryGetKernel");
+  RL_SYM(kernel_set_attr, "cuKernelSetAttribute");
+  RL_SYM(error_name, "cuGetErrorName");
+  RL_SYM(error_string, "cuGetErrorString");
+  RL_SYM(device_attr, "cuDeviceGetAttribute");
+#undef RL_SYM
+  if (cu.init(0) != 0) return "cuInit failed: no usable CUDA device";
+  cu.loaded = 1;
+  return NULL;
+}
+
+static const char* error_string(int result) {
+  static _Thread_local char buf[256];
+  const char* name = "CUDA_ERROR_UNKNOWN";
+  const char* text = "unrecognized error code";
+  if (cu.loaded) {
+    cu.error_name(result, &name);
+    cu.error_string(result, &text);
+  }
+  snprintf(buf, sizeof buf, "%s (%s)", name ? name : "?", text ? text : "?");
+  return buf;
+}
+
+#define RL_MAX_DEFAULT_SMEM (48 * 1024)
+
+static int launch(void* kernel, const unsigned grid[3], const unsigned block[3], unsigned smem, void* stream,
+                  void** args) {
+  if (smem > RL_MAX_DEFAULT_SMEM) { /* opt in to large dynamic shared memory, as <<<>>> users must */
+    int dev = 0;
+    int r = cu.ctx_get_device(&dev);
+    if (r == 0) r = cu.kernel_set_attr(8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */, (int)smem, kernel, dev);
+    if (r != 0) return r;
+  }
+  return cu.launch(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream, args, NULL);
+}
+
+static int device_attribute(int attribute, int device, int* value) {
+  if (!cu.loaded && load_driver() != NULL) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+  int dev = 0;
+  int r = cu.device_get(&dev, device);
+  return r != 0 ? r : cu.device_attr(value, attribute, dev);
+}
+
+static const rl_runtime runtime = {RL_ABI_VERSION, launch, error_string, device_attribute};
+
+/* ---- per-call conversion ---- */
+static int dtype_code(DLDataType t) {
+  if (t.lanes != 1) return RL_DTYPE_OTHER;
+  switch (t.code) {
+    case kDLFloat: return t.bits == 32 ? RL_FP32 : t.bits == 16 ? RL_FP16 : t.bits == 64 ? RL_FP64 : RL_DTYPE_OTHER;
+    case kDLBfloat: return t.bits == 16 ? RL_BF16 : RL_DTYPE_OTHER;
+    case kDLInt:
+      return t.bits == 8 ? RL_INT8 : t.bits == 16 ? RL_INT16 : t.bits == 32 ? RL_INT32 : t.bits == 64 ? RL_INT64
+                                                                                         : RL_DTYPE_OTHER;
+    case kDLUInt: return t.bits == 8 ? RL_UINT8 : RL_DTYPE_OTHER;
+    case kDLBool: return RL_BOOL;
+    case kDLFloat8_e4m3fn: return RL_FP8_E4M3;
+    case kDLFloat8_e5m2: return RL_FP8_E5M2;
+    default: return RL_DTYPE_OTHER;
+  }
+}
+
+typedef struct {
+  PyObject_HEAD
+  PyMethodDef def;
+  rl_fn fn;
+  const char* signature;
+  Py_ssize_t nargs;
+  PyObject* module; /* keeps the library's owner alive */
+} Launcher;
+
+static void launcher_dealloc(Launcher* self) {
+  Py_XDECREF(self->module);
+  PyObject_Free(self);
+}
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rapid_llm.fastcall.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_dealloc = (destructor)launcher_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+static const char* kind_word(char kind) {
+  switch (kind) {
+    case RL_KIND_TENSOR: return "a torch.Tensor";
+    case RL_KIND_FLOAT: return "a float";
+    case RL_KIND_INT: return "an int";
+    default: return "a bool";
+  }
+}
+
+static PyObject* wrong_arg(const Launcher* self, Py_ssize_t i, PyObject* got) {
+  PyErr_Format(PyExc_TypeError, "%s(): argument %zd must be %s, not %.100s", self->def.ml_name, i + 1,
+               kind_word(self->signature[i]), Py_TYPE(got)->tp_name);
+  return NULL;
+}
+
+static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_t nargs) {
+  Launcher* self = (Launcher*)owner;
+  if (nargs != self->nargs) {
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd positional arguments (%s) but %zd were given", self->def.ml_name,
+                 self->nargs, self->signature, nargs);
+    return NULL;
+  }
+  DLTensor dl[RL_MAX_ARGS];
+  rl_tensor views[RL_MAX_ARGS];
+  rl_arg values[RL_MAX_ARGS];
+  rl_call call = {NULL, -1};
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* a = args[i];
+    switch (self->signature[i]) {
+      case RL_KIND_TENSOR: {
+        if (!PyObject_TypeCheck(a, tensor_type)) return wrong_arg(self, i, a);
+        if (dlpack->dltensor_from_py_object_no_sync(a, &dl[i]) != 0) return NULL;
+        rl_tensor* v = &views[i];
+        v->data = (char*)dl[i].data + dl[i].byte_offset;
+        v->shape = dl[i].shape;
+        v->strides = dl[i].strides;
+        v->ndim = dl[i].ndim;
+        v->dtype = dtype_code(dl[i].dtype);
+        v->device_type = dl[i].device.device_type == kDLCUDA ? RL_CUDA
+                         : dl[i].device.device_type == kDLCPU ? RL_CPU : RL_DEVICE_OTHER;
+        v->device_id = dl[i].device.device_id;
+        if (v->strides == NULL && v->ndim > 0) {
+          PyErr_Format(PyExc_ValueError, "%s(): argument %zd came without strides", self->def.ml_name, i + 1);
+          return NULL;
+        }
+        if (call.device < 0 && v->device_type == RL_CUDA) call.device = v->device_id;
+        values[i].v.tensor = v;
+        break;
+      }
+      case RL_KIND_FLOAT:
+        if (PyObject_TypeCheck(a, tensor_type) || !(PyFloat_Check(a) || PyLong_Check(a) || PyNumber_Check(a)))
+          return wrong_arg(self, i, a);
+        values[i].v.f = PyFloat_AsDouble(a);
+        if (values[i].v.f == -1.0 && PyErr_Occurred()) return NULL;
+        break;
+      case RL_KIND_INT:
+        if (PyFloat_Check(a) || PyObject_TypeCheck(a, tensor_type)) return wrong_arg(self, i, a);
+        values[i].v.i = PyLong_AsLongLong(a);
+        if (values[i].v.i == -1 && PyErr_Occurred()) return NULL;
+        break;
+      default: /* bool */
+        if (!PyBool_Check(a)) return wrong_arg(self, i, a);
+        values[i].v.i = a == Py_True;
+        break;
+    }
+  }
+  void* previous = NULL;
+  int switched = 0;
+  if (call.device >= 0) {
+    if (dlpack->current_work_stream(kDLCUDA, call.device, &call.stream) != 0) return NULL;
+    if (cu.loaded && call.device < 64) { /* the device guard: run on the tensors' device, then restore */
+      if (cu.primary[call.device] == NULL) {
+        int dev = 0;
+        if (cu.device_get(&dev, call.device) != 0 || cu.primary_retain(&cu.primary[call.device], dev) != 0) {
+          PyErr_Format(PyExc_RuntimeError, "%s(): CUDA device %d is not usable", self->def.ml_name, call.device);
+          return NULL;
+        }
+      }
+      cu.ctx_get(&previous);
+      if (previous != cu.primary[call.device]) {
+        cu.ctx_set(cu.primary[call.device]);
+        switched = 1;
+      }
+    }
+  }
+  char err[RL_ERR_LEN];
+  err[0] = '\0';
+  int status = self->fn(values, (int32_t)nargs, &call, err, sizeof err);
+  if (switched) cu.ctx_set(previous);
+  if (status != RL_OK) {
+    if (status == RL_INTERNAL)
+      PyErr_Format(PyExc_RuntimeError, "%s(): internal error in the launcher: %s", self->def.ml_name, err);
+    else
+      PyErr_SetString(PyExc_RuntimeError, err);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* ---- module loading ---- */
+static PyObject* fastcall_init(PyObject* m, PyObject* args) {
+  PyObject *type, *capsule;
+  if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &capsule)) return NULL;
+  const DLPackExchangeAPI* api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  if (!api) return NULL;
+  if (api->header.version.major != 1) {
+    PyErr_Format(PyExc_RuntimeError, "torch's DLPack exchange API is version %u; rapid_llm needs 1",
+                 api->header.version.major);
+    return NULL;
+  }
+  Py_INCREF(type);
+  tensor_type = (PyTypeObject*)type;
+  dlpack = api;
+  Py_RETURN_NONE;
+}
+
+static PyObject* fastcall_load(PyObject* m, PyObject* args) {
+  const char* path;
+  PyObject* owner;
+  if (!PyArg_ParseTuple(args, "sO", &path, &owner)) return NULL;
+  if (dlpack == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "fastcall.init() was not called");
+    return NULL;
+  }
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    PyErr_Format(PyExc_ImportError, "cannot load %s: %s", path, dlerror());
+    return NULL;
+  }
+  int* abi = dlsym(lib, "rl_abi_version");
+  const rl_export* (*exports)(void) = (const rl_export* (*)(void))dlsym(lib, "rapid_llm_exports");
+  const int* count = dlsym(lib, "rl_kernel_count");
+  const char* const* names = dlsym(lib, "rl_kernel_names");
+  void** handles = dlsym(lib, "rl_kernel_handles");
+  const rl_runtime** slot = dlsym(lib, "rl_runtime_slot");
+  const char* cubin = dlsym(lib, "rl_cubin_data");
+  if (!abi || !exports || !count || !names || !handles || !slot || !cubin) {
+    PyErr_Format(PyExc_ImportError, "%s is not a rapid_llm fast-path module", path);
+    return NULL;
+  }
+  if (*abi != RL_ABI_VERSION) {
+    PyErr_Format(PyExc_ImportError, "%s was built for fast-path ABI %d, this binding speaks %d", path, *abi,
+                 RL_ABI_VERSION);
+    return NULL;
+  }
+  /* Without a driver (a CPU-only machine) the launchers still load; launching a kernel then raises. */
+  if (*count > 0 && load_driver() == NULL) {
+    void* library = NULL;
+    int r = cu.library_load(&library, cubin, NULL, NULL, 0, NULL, NULL, 0);
+    if (r != 0) {
+      PyErr_Format(PyExc_RuntimeError, "loading the kernels of %s: %s", path, error_string(r));
+      return NULL;
+    }
+    for (int i = 0; i < *count; ++i) {
+      r = cu.library_kernel(&handles[i], library, names[i]);
+      if (r != 0) {
+        PyErr_Format(PyExc_RuntimeError, "kernel %s is not in the device code: %s", names[i], error_string(r));
+        return NULL;
+      }
+    }
+  }
+  *slot = &runtime;
+  PyObject* out = PyList_New(0);
+  if (!out) return NULL;
+  for (const rl_export* e = exports(); e; e = e->next) {
+    Launcher* l = PyObject_New(Launcher, &LauncherType);
+    if (!l) goto fail;
+    l->def.ml_name = e->name;
+    l->def.ml_meth = (PyCFunction)(void (*)(void))launcher_call;
+    l->def.ml_flags = METH_FASTCALL;
+    l->def.ml_doc = e->doc;
+    l->fn = e->fn;
+    l->signature = e->signature;
+    l->nargs = (Py_ssize_t)strlen(e->signature);
+    Py_INCREF(owner);
+    l->module = owner;
+    if (l->nargs > RL_MAX_ARGS) {
+      Py_DECREF(l);
+      PyErr_Format(PyExc_ImportError, "%s takes more than %d arguments", e->name, RL_MAX_ARGS);
+      goto fail;
+    }
+    PyObject* fn = PyCFunction_NewEx(&l->def, (PyObject*)l, NULL);
+    Py_DECREF(l);
+    if (!fn) goto fail;
+    PyObject* item = Py_BuildValue("(ssN)", e->name, e->signature, fn);
+    if (!item || PyList_Append(out, item) != 0) {
+      Py_XDECREF(item);
+      goto fail;
+    }
+    Py_DECREF(item);
+  }
+  return out;
+fail:
+  Py_DECREF(out);
+  return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"init", fastcall_init, METH_VARARGS, "init(torch.Tensor, torch.Tensor.__dlpack_c_exchange_api__)"},
+    {"load", fastcall_load, METH_VARARGS, "load(path, owner) -> [(name, signature, launcher)]"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rapid_llm_fastcall", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__rapid_llm_fastcall(void) {
+  if (PyType_Ready(&LauncherType) < 0) return NULL;
+  return PyModule_Create(&module);
+}
