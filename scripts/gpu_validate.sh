@@ -2,14 +2,16 @@
 # Everything that only a CUDA machine exercises, with its logs kept under OUTDIR.
 #
 #   scripts/gpu_validate.sh OUTDIR tests   # the whole test suite (JIT rows, magic builds, capture)
+#   scripts/gpu_validate.sh OUTDIR jit     # build times, fast path against torch's loader (JSON for
+#                                          # benchmarks/results/), and the per-call cost of both
 #   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for benchmarks/results/),
 #                                          # harness checks, dispatch overhead, widget PNGs for docs/
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
-# JIT source is built once; the build-time benchmark always uses a cache of its own.
+# JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|bench}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|bench}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -25,12 +27,11 @@ python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch
 
 case $stage in
   tests)
-    # cold and warm JIT build figures run beside the tests (CPU work, separate cache)
-    python benchmarks/kernels/jit_build_times.py > "$out/build_times.log" 2>&1 &
-    builds=$!
     step pytest python -m pytest tests -q -rs -s -p no:cacheprovider
-    wait $builds || status=1
-    cat "$out/build_times.log"
+    ;;
+  jit)
+    step bench_build python benchmarks/jit/bench_build.py --out "$out/jit_build_nvidia_h200.json"
+    step bench_call python benchmarks/jit/bench_call.py
     ;;
   bench)
     step bench_scale python benchmarks/kernels/bench_scale.py --record --out benchmarks/results/scale_nvidia_h200.json
@@ -39,6 +40,6 @@ case $stage in
     step widgets python -m rapid_llm.notebook.widgets docs/img --results benchmarks/results/scale_nvidia_h200.json
     ;;
   *)
-    echo "unknown stage $stage (tests or bench)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, jit or bench)" >&2; exit 2 ;;
 esac
 exit $status

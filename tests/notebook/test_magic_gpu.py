@@ -1,8 +1,9 @@
-"""%%cuda_jit on a GPU with torch's cpp_extension: the tutorial's scale cell, end to end.
+"""%%cuda_jit on a GPU, end to end: a fast-path cell, and a seed-style cell through torch's loader.
 
-One test walks the author's day in order, because each real build costs tens
-of seconds: cold build, unchanged re-run, edit, a syntax error, and a build
-killed half-way then rebuilt. It prints the wall-clock build times (run with
+The fast-path test walks the author's loop in order: cold build, unchanged
+re-run, edit, a syntax error in device code and in host code. The seed test
+builds a cell that includes torch/extension.h (about a minute), kills one
+build half-way and rebuilds. Both print wall-clock build times (run with
 ``-s``); they are reported, never asserted.
 
     python -m pytest tests/notebook/test_magic_gpu.py -m gpu -s
@@ -35,8 +36,49 @@ LINE = "scale_vec --group elementwise --op scale"
 KILL_AFTER_S = 5.0
 HANG_GUARD_S = 400
 
-#: The tutorial's kernel, its launcher renamed scale_vec (the cell's NAME), plus
+#: The tutorial's kernel on the fast path, launcher scale_vec (the cell's NAME), plus
 #: version() so a test can tell which build is loaded.
+FAST_CELL = """\
+// scale_vec: out = input * factor, fp16 / bf16 / fp32. {marker}
+#include "common/rapid_llm.cuh"
+
+#if RL_DEVICE
+template <typename T>
+__global__ void scale_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n) {{
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx < n) {{
+    out[idx] = static_cast<T>(static_cast<float>(in[idx]) * factor);
+  }}
+}}
+#endif
+
+#if RL_HOST
+template <typename T>
+__global__ void scale_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n);
+
+void scale_vec(rl::Tensor out, rl::Tensor input, double factor) {{
+  rl::check_cuda("scale_vec", {{out, input}});
+  rl::check_contiguous("scale_vec", {{out, input}});
+  rl::check_same("scale_vec", out, input);
+  const int64_t n = input.numel();
+  if (n == 0) return;
+  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "scale_vec", [&](auto tag) {{
+    using T = typename decltype(tag)::type;
+    rl::launch(scale_kernel<T>, rl::cdiv(n, 256), 256, 0, out.data<T>(), input.data<T>(), float(factor), n);
+  }});
+}}
+RL_EXPORT(scale_vec)
+
+int64_t version() {{ return {version}; }}
+RL_EXPORT(version)
+#endif
+"""
+
+#: 1-based lines of FAST_CELL where a syntax error is planted: in a kernel, in the launcher.
+DEVICE_ERROR_LINE = 9
+HOST_ERROR_LINE = 21
+
+#: The seed tutorial's cell, through torch's loader.
 SCALE_CELL = """\
 // scale_vec: out = input * factor, fp16 / bf16 / fp32. {marker}
 #include <ATen/cuda/CUDAContext.h>
@@ -82,17 +124,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
 }}
 """
 
-#: 1-based line of the cell where a syntax error is planted.
-ERROR_LINE = 20
-
-
 def scale_cell(version: int, marker: str = "") -> str:
     return SCALE_CELL.format(version=version, marker=marker)
 
 
-def broken_cell() -> str:
-    lines = scale_cell(3).splitlines()
-    lines.insert(ERROR_LINE - 1, "  this is not C++;")
+def fast_cell(version: int, marker: str = "") -> str:
+    return FAST_CELL.format(version=version, marker=marker)
+
+
+def broken_fast_cell(line: int) -> str:
+    lines = fast_cell(3).splitlines()
+    lines.insert(line - 1, "  this is not C++;")
     return "\n".join(lines) + "\n"
 
 
@@ -129,50 +171,69 @@ def _start_victim(cell_file: Path, csrc: Path, cache: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, capsys):
+def _toolchain() -> None:
     reason = jit.available()
     if not reason:
         pytest.skip(f"JIT toolchain unavailable: {reason.reason}")
+
+
+def test_fast_cell_build_rerun_edit_errors(shell, magics, capsys):
+    _toolchain()
     times: dict[str, float] = {}
 
     def report(text: str) -> None:
-        """Show the cells' output and the figures even though capsys holds stdout."""
         with capsys.disabled():
             print(text.rstrip("\n"))
 
-    times["cold build"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, scale_cell(1)))
+    from rapid_llm.kernels.fastpath.builder import warm
+
+    times["one-off machine set-up (host support, call binding)"] = _timed(warm)
+    marker = f"run {uuid.uuid4().hex}"  # a source no cache has seen: the build is cold
+    times["cold build"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, fast_cell(1, marker)))
     assert magics.builds["scale_vec"].cached is False
+    assert magics.builds["scale_vec"].builder == "fast"
     assert shell.user_ns["version"]() == 1
     _check_scale(shell)
     first = magics.builds["scale_vec"].module
 
-    times["unchanged re-run"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, scale_cell(1)))
+    times["unchanged re-run"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, fast_cell(1, marker)))
     assert magics.builds["scale_vec"].cached is True
     assert magics.builds["scale_vec"].module is first
 
-    times["edit, rebuild"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, scale_cell(2)))
+    times["edit, rebuild"] = _timed(lambda: shell.run_cell_magic("cuda_jit", LINE, fast_cell(2, marker)))
     assert magics.builds["scale_vec"].cached is False
     assert shell.user_ns["version"]() == 2
     _check_scale(shell)
     report("\n" + capsys.readouterr().out)
 
-    start = time.perf_counter()
-    with pytest.raises(CellBuildError) as info:
-        shell.run_cell_magic("cuda_jit", LINE, broken_cell())
-    times["syntax error"] = time.perf_counter() - start
-    message = str(info.value)
-    report(message)
-    assert f"cell line {ERROR_LINE + 1}: error" in message  # the %%cuda_jit line is cell line 1
-    assert "keeps serving" in message
-    assert shell.user_ns["version"]() == 2  # the last good build still answers
-    _check_scale(shell)
+    for where, line in (("device", DEVICE_ERROR_LINE), ("host", HOST_ERROR_LINE)):
+        start = time.perf_counter()
+        with pytest.raises(CellBuildError) as info:
+            shell.run_cell_magic("cuda_jit", LINE, broken_fast_cell(line))
+        times[f"syntax error ({where} code)"] = time.perf_counter() - start
+        message = str(info.value)
+        report(message)
+        assert f"cell line {line + 1}: error" in message  # the %%cuda_jit line is cell line 1
+        assert "keeps serving" in message
+        assert shell.user_ns["version"]() == 2  # the last good build still answers
+        _check_scale(shell)
 
-    with pytest.raises(CellBuildError) as info:  # --verbose: the log comes from the captured fds
-        shell.run_cell_magic("cuda_jit", LINE + " --verbose", broken_cell())
-    assert f"cell line {ERROR_LINE + 1}: error" in str(info.value)
+    with pytest.raises(CellBuildError) as info:  # --verbose: every command and the compiler's log
+        shell.run_cell_magic("cuda_jit", LINE + " --verbose", broken_fast_cell(HOST_ERROR_LINE))
+    assert f"cell line {HOST_ERROR_LINE + 1}: error" in str(info.value)
     verbose_out = capsys.readouterr().out
-    assert "nvcc" in verbose_out and "flags  -O3" in verbose_out
-    assert shell.user_ns["version"]() == 2
+    assert "builder fast" in verbose_out and "flags  -O3" in verbose_out and "-std=c++17" in verbose_out
+    report(capsys.readouterr().out)
+    report("build times (wall clock, fast path): " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))
+
+
+def test_seed_cell_builds_through_torch_and_survives_a_kill(shell, magics, tmp_path, capsys):
+    _toolchain()
+    times: dict[str, float] = {}
+
+    def report(text: str) -> None:
+        with capsys.disabled():
+            print(text.rstrip("\n"))
 
     cell_file = tmp_path / "kill_cell.cu"
     cell_file.write_text(scale_cell(4, marker=f"kill test {uuid.uuid4().hex}"))
@@ -191,7 +252,7 @@ def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, caps
         stale = [p for p in (cache / "jit").glob("scale_kill_*.staging-*/lock")]
         report(f"killed the build after {KILL_AFTER_S:.0f} s; torch lock files left behind: {len(stale)}")
 
-        times["kill, then rebuild"] = with_hang_guard(
+        times["kill, then rebuild (torch loader)"] = with_hang_guard(
             lambda: _timed(lambda: shell.run_cell_magic("cuda_jit", "scale_kill --group elementwise",
                                                         cell_file.read_text())),
             HANG_GUARD_S, "the rebuild after the kill")
@@ -201,8 +262,12 @@ def test_tutorial_cell_build_rerun_edit_error_kill(shell, magics, tmp_path, caps
         except ProcessLookupError:
             pass
     assert magics.builds["scale_kill"].cached is False
+    assert magics.builds["scale_kill"].builder == "torch-cpp-extension"
     assert shell.user_ns["version"]() == 4
+    x = torch.randn(4097, device="cuda")
+    out = torch.empty_like(x)
+    shell.user_ns["scale_vec"](out, x, 2.0)
+    torch.testing.assert_close(out, x * 2.0, rtol=0, atol=0)
 
     report(capsys.readouterr().out)
-    report("build times (wall clock, torch cpp_extension): "
-           + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))
+    report("build times (wall clock): " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))

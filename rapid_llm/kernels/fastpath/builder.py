@@ -38,6 +38,14 @@ def _stub_source(cubin: Path, kernels: list[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def warm(cxx: str | None = None) -> None:
+    """Make the one-off, machine-wide builds now (host support, call binding), not inside a timed build."""
+    from rapid_llm.kernels.fastpath.binding import fastcall
+
+    host_support(cxx or os.environ.get("CXX", _tool("g++")))
+    fastcall()
+
+
 def _warm_binding() -> None:
     from rapid_llm.kernels.fastpath.binding import fastcall
 
@@ -47,7 +55,6 @@ def _warm_binding() -> None:
         pass
 
 
-@functools.cache
 def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
     """The host pass's precompiled light header (as flags) and the runtime object every module links.
 
@@ -56,7 +63,14 @@ def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
     (cached like any build) instead. Without a usable PCH the source simply
     includes the header itself.
     """
-    from rapid_llm.kernels.jit import CSRC, BuildRequest, build_binary, cache_root
+    from rapid_llm.kernels.jit import cache_root
+
+    return _host_support(cxx, cache_root())
+
+
+@functools.cache
+def _host_support(cxx: str, root: Path) -> tuple[tuple[str, ...], Path]:
+    from rapid_llm.kernels.jit import CSRC, BuildRequest, build_binary
 
     common = CSRC / "common"
     h = hashlib.sha256()
@@ -65,8 +79,7 @@ def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     h.update(f"{cxx}\0{version}\0{HOST_FLAGS}".encode())
     key = h.hexdigest()
-    request = BuildRequest("host_support", common / "rapid_llm_runtime.cpp", (), key,
-                           cache_root() / f"host_support_{key[:16]}")
+    request = BuildRequest("host_support", common / "rapid_llm_runtime.cpp", (), key, root / f"host_support_{key[:16]}")
     runtime = build_binary(request, _HostSupportBuilder(cxx))
     pch = runtime.parent / "rapid_llm_pch.h.gch"
     flags = ("-Winvalid-pch", f"-I{runtime.parent}", "-include", "rapid_llm_pch.h") if pch.is_file() else ()

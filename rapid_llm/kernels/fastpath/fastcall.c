@@ -164,6 +164,7 @@ typedef struct {
   PyMethodDef def;
   rl_fn fn;
   const char* signature;
+  char result;
   Py_ssize_t nargs;
   PyObject* module; /* keeps the library's owner alive */
 } Launcher;
@@ -205,7 +206,9 @@ static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_
   DLTensor dl[RL_MAX_ARGS];
   rl_tensor views[RL_MAX_ARGS];
   rl_arg values[RL_MAX_ARGS];
-  rl_call call = {NULL, -1};
+  rl_call call;
+  memset(&call, 0, sizeof call);
+  call.device = -1;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* a = args[i];
     switch (self->signature[i]) {
@@ -276,7 +279,12 @@ static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_
       PyErr_SetString(PyExc_RuntimeError, err);
     return NULL;
   }
-  Py_RETURN_NONE;
+  switch (self->result) {
+    case RL_KIND_INT: return PyLong_FromLongLong(call.result.v.i);
+    case RL_KIND_FLOAT: return PyFloat_FromDouble(call.result.v.f);
+    case RL_KIND_BOOL: return PyBool_FromLong((long)call.result.v.i);
+    default: Py_RETURN_NONE;
+  }
 }
 
 /* ---- module loading ---- */
@@ -353,6 +361,7 @@ static PyObject* fastcall_load(PyObject* m, PyObject* args) {
     l->def.ml_doc = e->doc;
     l->fn = e->fn;
     l->signature = e->signature;
+    l->result = e->result;
     l->nargs = (Py_ssize_t)strlen(e->signature);
     Py_INCREF(owner);
     l->module = owner;

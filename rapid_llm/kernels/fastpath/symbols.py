@@ -86,7 +86,7 @@ def cubin_functions(cubin: bytes) -> set[str]:
         strtab = sections[sh[6]]
         for off in range(sh[4], sh[4] + sh[5], 24):
             st_name, st_info = struct.unpack_from("<IB", cubin, off)
-            if st_info & 0xF == 2 and st_info >> 4 == 1:  # STT_FUNC, STB_GLOBAL
+            if st_info & 0xF == 2 and st_info >> 4 in (1, 2):  # STT_FUNC; STB_GLOBAL or STB_WEAK (templates)
                 start = strtab[4] + st_name
                 names.add(cubin[start:cubin.index(b"\0", start)].decode())
     return names

@@ -236,38 +236,52 @@ bare<T> unpack(const rl_arg& a) {
 }
 
 // Runs a launcher body with the call's context set, turning C++ exceptions into a status and message.
-int guarded_call(void (*body)(const rl_arg*, void*), const rl_arg* args, void* fn, const rl_call* call, char* err,
-                 size_t err_len);
+int guarded_call(void (*body)(const rl_arg*, void*, rl_call*), const rl_arg* args, void* fn, rl_call* call,
+                 char* err, size_t err_len);
+
+template <typename R> struct result_kind { static constexpr char value = kind_of<R>::value; };
+template <> struct result_kind<void> { static constexpr char value = RL_KIND_VOID; };
+
+inline void store(rl_arg& out, double v) { out.v.f = v; }
+inline void store(rl_arg& out, float v) { out.v.f = v; }
+inline void store(rl_arg& out, bool v) { out.v.i = v; }
+inline void store(rl_arg& out, int64_t v) { out.v.i = v; }
+inline void store(rl_arg& out, int32_t v) { out.v.i = v; }
 
 template <typename Sig> struct Launcher;
-template <typename... P>
-struct Launcher<void (*)(P...)> {
+template <typename R, typename... P>
+struct Launcher<R (*)(P...)> {
+  static_assert(!std::is_same<R, Tensor>::value, "RL_EXPORT: a launcher writes into tensors it is given; "
+                                                 "it returns void or a number");
+  static constexpr char result = result_kind<R>::value;
   static constexpr char signature[sizeof...(P) + 1] = {kind_of<bare<P>>::value..., '\0'};
   template <size_t... I>
-  static void invoke(void (*fn)(P...), const rl_arg* args, std::index_sequence<I...>) {
-    fn(unpack<P>(args[I])...);
+  static void invoke(R (*fn)(P...), const rl_arg* args, rl_call* c, std::index_sequence<I...>) {
+    if constexpr (std::is_void<R>::value) fn(unpack<P>(args[I])...);
+    else store(c->result, fn(unpack<P>(args[I])...));
   }
-  static void body(const rl_arg* args, void* fn) {
-    invoke(reinterpret_cast<void (*)(P...)>(fn), args, std::index_sequence_for<P...>{});
+  static void body(const rl_arg* args, void* fn, rl_call* c) {
+    invoke(reinterpret_cast<R (*)(P...)>(fn), args, c, std::index_sequence_for<P...>{});
   }
-  template <void (*F)(P...)>
-  static int call(const rl_arg* args, int32_t, const rl_call* c, char* err, size_t len) {
+  template <R (*F)(P...)>
+  static int call(const rl_arg* args, int32_t, rl_call* c, char* err, size_t len) {
     return guarded_call(&body, args, reinterpret_cast<void*>(F), c, err, len);
   }
 };
 
 struct Registrar {
   rl_export entry;
-  Registrar(const char* name, const char* sig, const char* doc, rl_fn fn);
+  Registrar(const char* name, const char* sig, char result, const char* doc, rl_fn fn);
 };
 
 }  // namespace detail
 }  // namespace rl
 
-// RL_EXPORT(fn[, "doc"]): make `void fn(...)` callable from Python as module.fn(...).
+// RL_EXPORT(fn[, "doc"]): make `fn(...)` callable from Python as module.fn(...); fn returns void or a number.
 #define RL_EXPORT(fn, ...)                                                             \
   static ::rl::detail::Registrar rl_registrar_##fn(                                   \
-      #fn, ::rl::detail::Launcher<decltype(&fn)>::signature, "" __VA_ARGS__,         \
+      #fn, ::rl::detail::Launcher<decltype(&fn)>::signature,                          \
+      ::rl::detail::Launcher<decltype(&fn)>::result, "" __VA_ARGS__,                   \
       &::rl::detail::Launcher<decltype(&fn)>::template call<&fn>);
 
 #endif  // RL_HOST

@@ -39,6 +39,7 @@ typedef struct rl_tensor {
 #define RL_KIND_FLOAT 'f'
 #define RL_KIND_INT 'i'
 #define RL_KIND_BOOL 'b'
+#define RL_KIND_VOID 'v'
 
 typedef struct rl_arg {
   union {
@@ -52,6 +53,7 @@ typedef struct rl_arg {
 typedef struct rl_call {
   void* stream;       /* torch's current stream on `device` (NULL: default stream or CPU call) */
   int32_t device;     /* the CUDA device of the first CUDA tensor, -1 if none */
+  rl_arg result;      /* what a launcher that returns a number returned */
 } rl_call;
 
 /* Services the binding lends the module (the CUDA driver, reached through torch's process). */
@@ -69,12 +71,13 @@ typedef struct rl_runtime {
 /* Return codes of an exported function. */
 enum rl_status { RL_OK = 0, RL_CHECK_FAILED = 1, RL_CUDA_FAILED = 2, RL_INTERNAL = 3 };
 
-typedef int (*rl_fn)(const rl_arg* args, int32_t nargs, const rl_call* call, char* err, size_t err_len);
+typedef int (*rl_fn)(const rl_arg* args, int32_t nargs, rl_call* call, char* err, size_t err_len);
 
 /* One exported launcher; the module's list is reached through rl_exports(). */
 typedef struct rl_export {
   const char* name;
   const char* signature; /* one kind character per parameter, e.g. "ttf" */
+  char result;           /* 'v' (None), or the kind of the number it returns */
   const char* doc;
   rl_fn fn;
   const struct rl_export* next;

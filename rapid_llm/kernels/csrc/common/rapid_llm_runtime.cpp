@@ -94,13 +94,13 @@ void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, v
   if (result != 0) throw CudaError("CUDA error launching " + what + ": " + rl_runtime_slot->error_string(result));
 }
 
-int guarded_call(void (*body)(const rl_arg*, void*), const rl_arg* args, void* fn, const rl_call* call, char* err,
-                 size_t err_len) {
+int guarded_call(void (*body)(const rl_arg*, void*, rl_call*), const rl_arg* args, void* fn, rl_call* call,
+                 char* err, size_t err_len) {
   const rl_call* saved = current_call;
   current_call = call;
   int status = RL_OK;
   try {
-    body(args, fn);
+    body(args, fn, call);
   } catch (const CheckError& e) {
     status = fail(RL_CHECK_FAILED, e.what(), err, err_len);
   } catch (const CudaError& e) {
@@ -114,8 +114,8 @@ int guarded_call(void (*body)(const rl_arg*, void*), const rl_arg* args, void* f
   return status;
 }
 
-Registrar::Registrar(const char* name, const char* sig, const char* doc, rl_fn fn)
-    : entry{name, sig, doc, fn, export_head} {
+Registrar::Registrar(const char* name, const char* sig, char result, const char* doc, rl_fn fn)
+    : entry{name, sig, result, doc, fn, export_head} {
   export_head = &entry;
 }
 }  // namespace detail
