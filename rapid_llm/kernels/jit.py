@@ -156,6 +156,7 @@ class TorchExtensionBuilder:
                 name=mod_name,
                 sources=[str(request.source)],
                 extra_cuda_cflags=list(request.extra_cuda_cflags),
+                extra_include_paths=[str(CSRC)],  # "common/checks.cuh" resolves from any source
                 build_directory=str(request.build_dir),
                 verbose=request.verbose,
                 is_python_module=False,
@@ -258,9 +259,18 @@ def _arch_list() -> str:
 
 
 def target_arch() -> str:
-    """The compute capability device code is built for: the first of the arch list, else 9.0."""
-    first = _arch_list().replace(" ", ";").split(";")[0].replace("+PTX", "")
-    return first if first and first != "none" else "9.0"
+    """The compute capability the fast path builds device code for, as "9.0".
+
+    The current device's when there is one (the cubin must run there), else
+    the first of TORCH_CUDA_ARCH_LIST, else 9.0 (a compile-only check).
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    match = re.search(r"(\d+)\.(\d+)", os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
+    return f"{match[1]}.{match[2]}" if match else "9.0"
 
 
 def cache_key(source: Path, extra_cuda_cflags: Sequence[str], builder: str = "torch") -> str:

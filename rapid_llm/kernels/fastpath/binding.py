@@ -73,8 +73,18 @@ class Signature:
     kinds: str
 
 
+_LOADED: dict[str, ModuleType] = {}
+
+
 def load_module(so: Path, name: str) -> ModuleType:
-    """A module object whose attributes are the launchers ``so`` exports."""
+    """A module object whose attributes are the launchers ``so`` exports; loaded once per process.
+
+    Builds are content-keyed, so one path is one build: an unchanged re-run
+    gets the module it already has, an edited source a new path and module.
+    """
+    loaded = _LOADED.get(str(so))
+    if loaded is not None:
+        return loaded
     module = ModuleType(name, f"fast-path module built at {so}")
     module.__file__ = str(so)
     signatures = {}
@@ -82,4 +92,5 @@ def load_module(so: Path, name: str) -> ModuleType:
         setattr(module, fname, launcher)
         signatures[fname] = Signature(fname, kinds)
     module.__signatures__ = signatures
+    _LOADED[str(so)] = module
     return module

@@ -19,17 +19,17 @@ HOST_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-fvisibility=hidden", "-fvisibility
 _SHARED_FLAG_PREFIXES = ("-D", "-U", "-I")  # flags both passes must see
 
 
-def _stub_source(cubin: Path, kernels: list[tuple[str, str]]) -> str:
-    """The table that ties host symbols to device kernels, and the cubin embedded as data."""
+def _stub_source(cubin: Path, kernels: list[str]) -> str:
+    """The table that ties host symbols to device kernels (same mangled names), and the cubin as data."""
     lines = ['#include "rapid_llm_abi.h"', "#define RL_STUB __attribute__((visibility(\"hidden\"), noinline))"]
-    for symbol, _ in kernels:
+    for symbol in kernels:
         lines.append(f"RL_STUB void {symbol}(void) {{ __asm__ volatile(\"\"); }}")
     n = len(kernels)
     lines += [
         "const int rl_abi_version = RL_ABI_VERSION;",
         f"const int rl_kernel_count = {n};",
-        "const char* const rl_kernel_names[] = {" + "".join(f'"{d}", ' for _, d in kernels) + "0};",
-        "const void* const rl_kernel_symbols[] = {" + "".join(f"(const void*)&{s}, " for s, _ in kernels) + "0};",
+        "const char* const rl_kernel_names[] = {" + "".join(f'"{s}", ' for s in kernels) + "0};",
+        "const void* const rl_kernel_symbols[] = {" + "".join(f"(const void*)&{s}, " for s in kernels) + "0};",
         f"void* rl_kernel_handles[{n + 1}];",
         "const rl_runtime* rl_runtime_slot;",
         '__asm__(".section .rodata\\n.balign 64\\n.globl rl_cubin_data\\n.type rl_cubin_data, @object\\n"',
@@ -162,7 +162,7 @@ class FastBuilder:
         cubin = out_dir / "kernels.cubin"
         cubin.write_bytes(code.cubin)
         stub = out_dir / "kernel_table.c"
-        stub.write_text(_stub_source(cubin, [(k.symbol, k.demangled) for k in kernels]))
+        stub.write_text(_stub_source(cubin, [k.symbol for k in kernels]))
         so = out_dir / f"{request.name}.so"
         binding.join()
         run([os.environ.get("CC", _tool("gcc")), "-shared", "-fPIC", f"-I{CSRC / 'common'}", str(host_obj),
