@@ -2,18 +2,12 @@
 // Each thread moves 16 bytes per load and per store (128-bit accesses), keeps
 // several of them in flight, and walks the tensor in a grid-stride loop, so
 // one full wave of blocks covers any size.
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/extension.h>
-
-#include <algorithm>
-#include <cstdint>
-
-namespace {
+#include "common/rapid_llm.cuh"
 
 constexpr int kVecBytes = 16;  // one 128-bit load or store
 constexpr int kUnroll = 4;     // 128-bit loads in flight per thread
 
+#if RL_DEVICE
 // kN elements of T that travel as one 128-bit access.
 template <typename T>
 struct alignas(kVecBytes) Vec {
@@ -32,8 +26,7 @@ __device__ __forceinline__ T scale_one(T x, float factor) {
 // the loads and stores are streaming (__ldcs/__stcs): the data is touched once,
 // so it should not push anything else out of L2.
 template <typename T>
-__global__ void scale_vec_kernel(T* __restrict__ out, const T* __restrict__ in,
-                                 float factor, int64_t n) {
+__global__ void scale_vec_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n) {
   static_assert(kVecBytes % sizeof(T) == 0, "the element size must divide 16 bytes");
   static_assert(sizeof(Vec<T>) == sizeof(uint4), "a Vec must travel as one 128-bit access");
   constexpr int kN = Vec<T>::kN;
@@ -68,53 +61,52 @@ __global__ void scale_vec_kernel(T* __restrict__ out, const T* __restrict__ in,
 
 // Any alignment (a view that starts mid-vector): one element per step.
 template <typename T>
-__global__ void scale_scalar_kernel(T* __restrict__ out, const T* __restrict__ in,
-                                    float factor, int64_t n) {
+__global__ void scale_scalar_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     out[i] = scale_one(in[i], factor);
   }
 }
+#endif
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
+#if RL_HOST
+#include <algorithm>
 
-}  // namespace
+// The kernels this launcher starts, declared (the device pass defines them).
+template <typename T>
+__global__ void scale_vec_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n);
+template <typename T>
+__global__ void scale_scalar_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n);
 
-void scale_vec(at::Tensor& out, const at::Tensor& input, double factor) {
-  // Step 1: validate. Plain-string messages: no integers streamed into them.
-  TORCH_CHECK(input.is_cuda() && out.is_cuda(), "scale_vec: CUDA tensors only");
-  TORCH_CHECK(input.device() == out.device(), "scale_vec: input and out on different devices");
-  TORCH_CHECK(input.is_contiguous() && out.is_contiguous(), "scale_vec: contiguous tensors only");
-  TORCH_CHECK(out.sizes() == input.sizes(), "scale_vec: out must have the shape of input");
-  TORCH_CHECK(out.scalar_type() == input.scalar_type(), "scale_vec: out must have the dtype of input");
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
+
+void scale_vec(rl::Tensor out, rl::Tensor input, double factor) {
+  // Step 1: validate.
+  rl::check_cuda("scale_vec", {out, input});
+  rl::check_contiguous("scale_vec", {out, input});
+  rl::check_same("scale_vec", out, input);
 
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = input.numel();
   if (n == 0) return;
-  const at::cuda::OptionalCUDAGuard guard(at::device_of(input));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   constexpr int kThreads = 256;
-  const int64_t max_blocks =
-      static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 4;
+  const int64_t max_blocks = static_cast<int64_t>(rl::sm_count()) * 4;
 
-  // Step 3: launch on the current stream, then check the launch.
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "scale_vec", [&] {
-    const scalar_t* in_p = input.data_ptr<scalar_t>();
-    scalar_t* out_p = out.data_ptr<scalar_t>();
+  // Step 3: launch on torch's current stream; rl::launch checks every launch.
+  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "scale_vec", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in_p = input.data<T>();
+    T* out_p = out.data<T>();
     const bool vec = aligned16(in_p) && aligned16(out_p);
-    const int64_t per_thread = vec ? Vec<scalar_t>::kN : 1;
-    const int64_t work = (n + per_thread - 1) / per_thread;
-    const int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads, max_blocks);
+    const int64_t per_thread = vec ? kVecBytes / input.element_size() : 1;  // elements per thread-step
+    const int64_t blocks = std::min<int64_t>(rl::cdiv(rl::cdiv(n, per_thread), kThreads), max_blocks);
     const float f = static_cast<float>(factor);
     if (vec) {
-      scale_vec_kernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(out_p, in_p, f, n);
+      rl::launch(scale_vec_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, out_p, in_p, f, n);
     } else {
-      scale_scalar_kernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(out_p, in_p, f, n);
+      rl::launch(scale_scalar_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, out_p, in_p, f, n);
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("scale_vec", &scale_vec, "out = input * factor, 128-bit accesses (out-first launcher)");
-}
+RL_EXPORT(scale_vec, "out = input * factor, 128-bit accesses (out-first launcher)")
+#endif

@@ -83,15 +83,17 @@ void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, v
   while (i < rl_kernel_count && rl_kernel_symbols[i] != host_symbol) ++i;
   if (i == rl_kernel_count)
     check_failed("rl::launch: not a kernel of this module (declare it with __global__ in the host code)");
-  const std::string what = demangle(rl_kernel_names[i]);
   if (!(grid.x && grid.y && grid.z && block.x && block.y && block.z))
-    check_failed("launching " + what + ": empty grid or block (return before launching on empty inputs)");
+    check_failed("launching " + demangle(rl_kernel_names[i]) +
+                 ": empty grid or block (return before launching on empty inputs)");
   if (rl_runtime_slot == nullptr || rl_kernel_handles[i] == nullptr)
     throw CudaError("CUDA error: the kernels of this module are not loaded (no CUDA driver in this process)");
   const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
   const int result = rl_runtime_slot->launch(rl_kernel_handles[i], g, b, smem,
                                              current_call ? current_call->stream : nullptr, args);
-  if (result != 0) throw CudaError("CUDA error launching " + what + ": " + rl_runtime_slot->error_string(result));
+  if (result != 0)  // names are demangled only on the error path: the launch path stays allocation-free
+    throw CudaError("CUDA error launching " + demangle(rl_kernel_names[i]) + ": " +
+                    rl_runtime_slot->error_string(result));
 }
 
 int guarded_call(void (*body)(const rl_arg*, void*, rl_call*), const rl_arg* args, void* fn, rl_call* call,
