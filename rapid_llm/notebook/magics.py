@@ -43,15 +43,16 @@ class CudaJitMagics(Magics):
     ).tag(config=True)
     default_flags = List(
         Unicode(), default_value=["-O3"],
-        help="nvcc flags every cell is built with; --flags adds to them (e.g. '--use_fast_math').",
+        help="device-compiler flags every cell is built with (nvcc, or NVRTC on the fast path, which ignores -O; "
+             "-D/-I reach the host pass too); --flags adds to them (e.g. '--use_fast_math').",
     ).tag(config=True)
     default_dtypes = List(
         Unicode(), default_value=list(cell_rows.DEFAULT_DTYPES),
         help="dtypes of an --op row when the cell gives no --dtypes.",
     ).tag(config=True)
     builder = Unicode(
-        "", help="Build path, a key given to rapid_llm.kernels.jit.register_builder (empty: torch's "
-                 "cpp_extension). --builder overrides it per cell.",
+        "", help="Build path, a key given to rapid_llm.kernels.jit.register_builder (empty: by the source, "
+                 "'torch' when it includes torch's headers, else 'fast'). --builder overrides it per cell.",
     ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -71,7 +72,7 @@ class CudaJitMagics(Magics):
     @argument("--dtypes", default=None,
               help="dtypes of the --op row, comma-separated (default: CudaJitMagics.default_dtypes)")
     @argument("--flags", default="",
-              help="extra nvcc flags, after CudaJitMagics.default_flags, in quotes: "
+              help="extra device-compiler flags, after CudaJitMagics.default_flags, in quotes: "
                    "--flags \"-lineinfo --use_fast_math\"")
     @argument("--not-graph-safe", action="store_true",
               help="mark the row unsafe under CUDA-graph capture (the launcher syncs or reads host values)")
