@@ -30,7 +30,7 @@ case $stage in
     step pytest python -m pytest tests -q -rs -s -p no:cacheprovider
     ;;
   jit)
-    step bench_build python benchmarks/jit/bench_build.py --out "$out/jit_build_nvidia_h200.json"
+    step bench_build python benchmarks/jit/bench_build.py --out "$out/build_nvidia_h200.json"
     step bench_call python benchmarks/jit/bench_call.py
     ;;
   bench)

@@ -1,7 +1,7 @@
 """Build times of the fast path against torch's extension loader, for the same kernels, in one run.
 
     python benchmarks/jit/bench_build.py [--kernels scale,scale_vec,rms_norm] [--builders fast,torch]
-                                         [--repeats 3] [--out benchmarks/results/jit_build_<gpu>.json]
+                                         [--repeats 3] [--out benchmarks/results/jit/build_<gpu>.json]
 
 Every build runs in a fresh Python process (torch imported and CUDA initialised
 first, as in a notebook that has used the GPU), on a private copy of the source
