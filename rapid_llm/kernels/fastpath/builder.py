@@ -176,6 +176,10 @@ class FastBuilder:
         problems = []
         for k in kernels:
             lowered = code.lowered.get(k.name_expression)
+            if lowered is None:  # nvcc's pass: look for a kernel of that name with another signature
+                same_name = [r for r in symbols.demangle(sorted(symbols.cubin_functions(code.cubin)))
+                             if r.name_expression == k.name_expression]
+                lowered = same_name[0].symbol if same_name else None
             if lowered is None:
                 problems.append(f"the host code launches {k.demangled}, which the device code does not define")
             elif lowered != k.symbol:

@@ -12,7 +12,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-__all__ = ["KernelRef", "launched_kernels", "cubin_functions"]
+__all__ = ["KernelRef", "launched_kernels", "demangle", "cubin_functions"]
 
 # Weak undefined symbols the C++ runtime itself may leave in an object.
 _RUNTIME_WEAK = ("pthread_", "__pthread", "_ITM_", "__gmon_start__", "__cxa_", "__tls_", "_Jv_", "__libc_")
@@ -65,11 +65,15 @@ def launched_kernels(obj: Path) -> list[KernelRef]:
         parts = line.split()
         if len(parts) >= 2 and parts[1] in ("w", "v") and not parts[0].startswith(_RUNTIME_WEAK):
             symbols.append(parts[0])
-    symbols = sorted(set(symbols))
-    if not symbols:
+    return demangle(sorted(set(symbols)))
+
+
+def demangle(names: list[str]) -> list[KernelRef]:
+    """Each symbol with its C++ spelling (one c++filt run for all)."""
+    if not names:
         return []
-    demangled = _run(["c++filt"], "\n".join(symbols) + "\n").splitlines()
-    return [KernelRef(s, d.strip()) for s, d in zip(symbols, demangled)]
+    demangled = _run(["c++filt"], "\n".join(names) + "\n").splitlines()
+    return [KernelRef(s, d.strip()) for s, d in zip(names, demangled)]
 
 
 def cubin_functions(cubin: bytes) -> set[str]:
