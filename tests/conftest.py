@@ -34,3 +34,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def device() -> torch.device:
     """The device rows are exercised on: CUDA when there is one, else CPU (Triton interpreted)."""
     return torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry():
+    """Each test gets a registry of its own, holding the shipped ops: nothing a test registers,
+    re-verifies or declares can leak into the next one."""
+    from rapid_llm.kernels import spec
+
+    with spec.isolated(discover=True):
+        yield

@@ -1,17 +1,28 @@
-"""The float64 oracle every row is checked against.
+"""The float64 oracles rows are checked against, and how close a rounded result must be.
 
-Rows are compared with this, never with each other: two rows can share a bug.
-Each function computes in float64 and returns float64, and ``tolerance``
-says how far a correctly rounded result in a given dtype may sit from it.
+Rows are compared with an oracle, never with each other: two rows can share a
+bug. Each op has one oracle, the one its declaration holds (its group's
+reference module); :func:`oracle` returns it, so tests, notebooks and
+``verify`` check against the same function. ``tolerance`` says how far a
+correctly rounded result in a given dtype may sit from it.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
+
+from rapid_llm.kernels import spec
+
+
+def oracle(op: str) -> Callable[..., Any]:
+    """The float64 oracle op ``op`` declared."""
+    return spec.get_decl(op).reference.oracle
 
 
 def scale_ref(x: torch.Tensor, factor: float) -> torch.Tensor:
-    """out = x * factor, exactly (in float64)."""
-    return x.to(torch.float64) * float(factor)
+    """out = x * factor, exactly (in float64): scale's declared oracle."""
+    return oracle("scale")(x, factor)
 
 
 def tolerance(dtype: torch.dtype, ref: torch.Tensor) -> torch.Tensor:

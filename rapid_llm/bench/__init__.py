@@ -4,8 +4,8 @@
 resets mutated inputs outside the timed region, ``bench_host`` measures the
 host-side cost per call, ``copy_roofline`` is the bandwidth the rest is
 compared with, and ``bench_op`` times every eligible row of an op and records
-the medians that dispatch ranks rows by. Names load on first use, so
-importing this package costs nothing (``store`` is imported by dispatch).
+the medians that dispatch ranks rows by (through rapid_llm.kernels.measurements).
+Names load on first use, so importing this package costs nothing.
 """
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "bench": ("rapid_llm.bench.harness", "bench"),
     "bench_stateful": ("rapid_llm.bench.harness", "bench_stateful"),
     "bench_host": ("rapid_llm.bench.harness", "bench_host"),
-    "copy_roofline": ("rapid_llm.bench.roofline", "copy_roofline"),
+    "copy_roofline": ("rapid_llm.bench.harness", "copy_roofline"),
     "bench_op": ("rapid_llm.bench.ops", "bench_op"),
     "OpMeasurement": ("rapid_llm.bench.ops", "OpMeasurement"),
-    "CaseArgs": ("rapid_llm.bench.cases", "CaseArgs"),
-    "register_case": ("rapid_llm.bench.cases", "register_case"),
+    "CaseArgs": ("rapid_llm.kernels.opdecl", "CaseArgs"),
 }
 
 __all__ = sorted(_EXPORTS)
@@ -37,4 +36,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return [*__all__, "store"]
+    return list(__all__)

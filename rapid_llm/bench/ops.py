@@ -7,11 +7,13 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from rapid_llm.bench import store
-from rapid_llm.bench.cases import make_args
-from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, device_label
+from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench
+from rapid_llm.kernels import measurements, platform
+from rapid_llm.kernels.dispatch import explain
+from rapid_llm.kernels.opdecl import CaseArgs
+from rapid_llm.kernels.spec import RegistryError, get_decl, get_row, rows_for
 
-__all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures"]
+__all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures", "make_args"]
 
 
 @dataclass(frozen=True)
@@ -26,18 +28,19 @@ class OpMeasurement:
         return f"{self.op} {self.row} {self.dtype} numel={self.numel}: {self.result}"
 
 
-def _torch_dtype(short: str) -> torch.dtype:
-    from rapid_llm.kernels.spec import DTYPE_NAMES
-
-    if short not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {short!r}; expected one of {', '.join(DTYPE_NAMES)}")
-    return getattr(torch, DTYPE_NAMES[short])
+def make_args(op: str, numel: int, dtype: torch.dtype, device: torch.device | str) -> CaseArgs:
+    """The arguments of one timed call of ``op``: its declared bench case at ``numel`` elements."""
+    if numel < 1:
+        raise ValueError(f"{op}: benchmark sizes must be >= 1 element, got {numel}")
+    try:
+        make = get_decl(op).bench
+    except RegistryError as exc:
+        raise ValueError(f"bench_op: {exc}") from None
+    return make(int(numel), dtype, torch.device(device))
 
 
 def eligible_rows(op: str, dtype: str, device: torch.device, numel: int) -> dict[str, str | None]:
     """Each row of ``op`` -> None when dispatch could pick it here, else the reason it cannot."""
-    from rapid_llm.kernels.dispatch import explain
-
     ex = explain(op, dtype=dtype, device=device, numel=numel)
     return {v.name: (v.reason if v.verdict == "filtered" else None) for v in ex.rows}
 
@@ -45,7 +48,7 @@ def eligible_rows(op: str, dtype: str, device: torch.device, numel: int) -> dict
 def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
              rows: Sequence[str] | None = None, *, record: bool = True, device: torch.device | str | None = None,
              graph: bool = False, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS) -> list[OpMeasurement]:
-    """Time each eligible row of ``op`` at each size and dtype; record medians into the results store.
+    """Time each eligible row of ``op`` at each size and dtype; record medians into the results measurements.
 
     Eligible means dispatch could choose the row here (toolchain present,
     dtype and device supported, golden verified): timing a row that may not
@@ -53,10 +56,6 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
     row that is filtered raises with the reason. Recorded figures make
     dispatch order the rows by measured latency on this device.
     """
-    from rapid_llm.kernels.spec import get_row, rows_for
-    from rapid_llm.kernels.dispatch import load_shipped_groups
-
-    load_shipped_groups()
     all_rows = rows_for(op)
     if not all_rows:
         raise ValueError(f"bench_op: unknown op {op!r}")
@@ -71,10 +70,10 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
         unknown = [r for r in rows if r not in known]
         if unknown:
             raise ValueError(f"bench_op({op!r}): no row {unknown[0]!r}; rows are {', '.join(sorted(known))}")
-    name = device_label(device)
+    name = platform.device_label(device)
     out: list[OpMeasurement] = []
     for dtype in dtypes:
-        tdtype = _torch_dtype(dtype)
+        tdtype = platform.torch_dtype(dtype)
         for numel in sizes:
             verdicts = eligible_rows(op, dtype, device, numel)
             chosen = [r for r, why in verdicts.items() if why is None] if rows is None else list(rows)
@@ -91,7 +90,7 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                     _record(op, row, dtype, numel, result)
             del case
     if record and out and out[0].result.roofline_gbps:
-        store.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
+        measurements.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     return out
 
@@ -104,4 +103,4 @@ def stored_figures(r: BenchResult) -> dict[str, Any]:
 
 
 def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult) -> None:
-    store.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r))
+    measurements.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r))

@@ -1,11 +1,14 @@
 """rapid_llm.kernels: ops that dispatch to the best verified row, and the API around them.
 
 Everything here is lazy: importing this package imports neither triton, nor
-torch.utils.cpp_extension, nor jit.py. Names resolve on first attribute access.
+torch.utils.cpp_extension, nor jit.py. Names resolve on first attribute access;
+every declared op (shipped or declared in a notebook) is reachable as
+``rapid_llm.kernels.<op>``.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 #: public name -> (module, attribute). Ops map to the dispatcher.
@@ -18,40 +21,41 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "RegistryError": ("rapid_llm.kernels.spec", "RegistryError"),
     "register": ("rapid_llm.kernels.spec", "register"),
     "unregister": ("rapid_llm.kernels.spec", "unregister"),
-    "get_row": ("rapid_llm.kernels.dispatch", "get_row"),
-    "rows_for": ("rapid_llm.kernels.dispatch", "rows_for"),
+    "get_row": ("rapid_llm.kernels.spec", "get_row"),
+    "rows_for": ("rapid_llm.kernels.spec", "rows_for"),
+    "all_ops": ("rapid_llm.kernels.spec", "all_ops"),
+    # declaring an op
+    "declare_op": ("rapid_llm.kernels.opdecl", "declare_op"),
+    "Reference": ("rapid_llm.kernels.opdecl", "Reference"),
+    "CaseArgs": ("rapid_llm.kernels.opdecl", "CaseArgs"),
+    "JitRow": ("rapid_llm.kernels.jit_row", "JitRow"),
+    "promote": ("rapid_llm.kernels.promote", "promote"),
     # dispatch
     "resolve": ("rapid_llm.kernels.dispatch", "resolve"),
     "explain": ("rapid_llm.kernels.dispatch", "explain"),
     "get_op": ("rapid_llm.kernels.dispatch", "get_op"),
     # golden verification
     "verify": ("rapid_llm.kernels.golden", "verify"),
-    "register_reference": ("rapid_llm.kernels.golden", "register_reference"),
 }
 
-#: op name -> the group module that registers its rows.
-_OPS: dict[str, str] = {
-    "scale": "rapid_llm.kernels.ops.elementwise",
-}
-
-__all__ = sorted([*_EXPORTS, *_OPS])
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _OPS:
-        importlib.import_module(_OPS[name])
-        from rapid_llm.kernels.dispatch import get_op
-
-        op = get_op(name)
-        globals()[name] = op  # later lookups skip __getattr__
-        return op
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
+    # `from rapid_llm.kernels import platform` asks here before importing the submodule: let it.
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is None:
+        spec = importlib.import_module("rapid_llm.kernels.spec")
+        if name in spec.all_ops():  # the dispatching op: one object per name, so it is cached here
+            op = importlib.import_module("rapid_llm.kernels.dispatch").get_op(name)
+            globals()[name] = op
+            return op
     raise AttributeError(f"module 'rapid_llm.kernels' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return [*__all__, *importlib.import_module("rapid_llm.kernels.spec").all_ops()]

@@ -6,61 +6,44 @@ cached; the per-call path is one dict lookup and the call. Rows are filtered
 survivors ranked:
 
 1. rows with a measured latency for this device, dtype and size bucket, fastest
-   first (figures come from the benchmark results store);
-2. then unmeasured non-native rows by ``priority`` (higher first; UNMEASURED
-   ranks below every number, so it loses ties), then by backend preference
-   (external, aot, jit, triton: the more specialised code exists because it
-   was meant to beat the general one);
+   first (figures from rapid_llm.kernels.measurements, which says where each
+   came from: committed for this GPU kind by default);
+2. then unmeasured non-native rows by ``priority`` (higher first; None, no
+   static priority, ranks below every number, so it loses ties), then by
+   backend preference (external, aot, jit, triton: the more specialised code
+   exists because it was meant to beat the general one);
 3. the native floor last: it always survives, so an op always has an answer.
+
+Rendering (HTML, widgets) is not here: the notebook extension attaches it.
 """
 from __future__ import annotations
 
-import functools
-import html
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
 
+from rapid_llm.kernels import measurements, platform
 from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import UNMEASURED, DTYPE_NAMES, KernelSpec, RegistryError
+from rapid_llm.kernels.spec import KernelSpec, RegistryError, get_row, rows_for
 
-__all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "size_bucket",
-           "load_shipped_groups", "get_row", "rows_for"]
-
-#: Groups whose rows ship with the package; imported on first dispatch or explain.
-SHIPPED_GROUPS = ("rapid_llm.kernels.ops.elementwise",)
+__all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "dtype_name",
+           "get_row", "rows_for"]
 
 _BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native": 9}
-_TORCH_TO_NAME = {getattr(torch, attr): short for short, attr in DTYPE_NAMES.items() if hasattr(torch, attr)}
+#: The dispatch-cache key suffix of a resolution made while a CUDA graph is being captured.
+CAPTURING = "capturing"
 
-_groups_loaded = False
 _ops: dict[str, "Op"] = {}
 
 
-def load_shipped_groups() -> None:
-    """Import the groups whose rows ship with the package (once)."""
-    global _groups_loaded
-    if _groups_loaded:
-        return
-    import importlib
-
-    for group in SHIPPED_GROUPS:
-        importlib.import_module(group)
-    _groups_loaded = True
-
-
-def size_bucket(numel: int) -> int:
-    """Power-of-two size class: dispatch and the results store agree on it."""
-    return int(numel).bit_length()
-
-
-def dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: Any) -> str:
+    """The short name of a dtype (``torch.bfloat16`` -> ``"bf16"``); RegistryError for others."""
     try:
-        return _TORCH_TO_NAME[dtype]
-    except KeyError:
-        raise RegistryError(f"dtype {dtype} has no short name in rapid_llm") from None
+        return platform.dtype_name(dtype)
+    except ValueError as exc:
+        raise RegistryError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -74,17 +57,8 @@ class Context:
 
     @property
     def device_name(self) -> str:
-        """The name results are stored under: the GPU's marketing name, or 'cpu'."""
-        return _device_name(self.device)
-
-
-@functools.lru_cache(maxsize=None)
-def _device_name(device: torch.device) -> str:
-    if device.type != "cuda":
-        return device.type
-    if not torch.cuda.is_available():
-        return "cuda (no device visible)"
-    return torch.cuda.get_device_name(device)
+        """The name measurements are stored under (rapid_llm.kernels.platform.device_label)."""
+        return platform.device_label(self.device)
 
 
 @dataclass(frozen=True)
@@ -97,6 +71,11 @@ class RowVerdict:
     reason: str
     priority: str
     measured_us: float | None
+    source: str | None = None  # where the measured figure came from
+
+    @property
+    def measured_text(self) -> str:
+        return "-" if self.measured_us is None else f"{self.measured_us:.2f} us"
 
 
 def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
@@ -120,35 +99,30 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
     if ctx.capturing and not row.graph_safe:
         return "not graph safe (a CUDA graph is being captured)"
     if row.min_sm is not None and ctx.device.type == "cuda":
-        from rapid_llm.kernels.ops.tile_policy import sm_version
-
-        sm = sm_version(ctx.device)
+        sm = platform.sm_version(ctx.device)
         if sm < row.min_sm:
             return f"needs sm_{row.min_sm}+, device is sm_{sm}"
     return None
 
 
-def _measured(row: KernelSpec, ctx: Context) -> float | None:
-    from rapid_llm.bench import store
-
-    return store.lookup_latency(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
+def _measured(row: KernelSpec, ctx: Context) -> measurements.Figure | None:
+    return measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
 
 
-def _rank_key(row: KernelSpec, measured: float | None, order: int) -> tuple:
+def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int) -> tuple:
     if measured is not None:
-        return (0, measured, 0, 0, order)
+        return (0, measured.median_us, 0, 0, order)
     if row.is_native:
         return (2, 0.0, 0, 0, order)
-    prio = -math.inf if row.priority is UNMEASURED else float(row.priority)
+    prio = -math.inf if row.priority is None else float(row.priority)
     return (1, 0.0, -prio, _BACKEND_PREFERENCE[row.backend], order)
 
 
 def _priority_text(row: KernelSpec) -> str:
-    return "UNMEASURED" if row.priority is UNMEASURED else f"{row.priority:g}"
+    return "-" if row.priority is None else f"{row.priority:g}"
 
 
-def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, float | None]]:
-    load_shipped_groups()
+def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, measurements.Figure | None]]:
     rows = _spec.rows_for(op)
     if not rows:
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
@@ -164,7 +138,8 @@ def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, float
     return out
 
 
-def _choose(evaluated: list[tuple[KernelSpec, str | None, float | None]], ctx: Context) -> list[tuple[KernelSpec, float | None]]:
+def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | None]],
+            ctx: Context) -> list[tuple[KernelSpec, measurements.Figure | None]]:
     survivors = [(i, row, m) for i, (row, reason, m) in enumerate(evaluated) if reason is None]
     if not survivors:
         # Only possible when the native row itself does not cover this dtype or device.
@@ -182,14 +157,11 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
         numel = first.numel() if numel is None else numel
     if dtype is None:
         raise RegistryError(f"{op}: give an example tensor or dtype= to resolve a row")
-    if isinstance(dtype, str):
-        dtype_short = dtype if dtype in DTYPE_NAMES else dtype_name(getattr(torch, dtype))
-    else:
-        dtype_short = dtype_name(dtype)
+    dtype_short = dtype_name(dtype)
     device = torch.device(device if device is not None else "cpu")
     if capturing is None:
         capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    return Context(dtype_short, device, size_bucket(numel if numel is not None else 1), bool(capturing))
+    return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing))
 
 
 def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
@@ -227,11 +199,11 @@ class Op:
     def _fill(self, key: tuple, x: torch.Tensor, capturing: bool) -> tuple[Callable[..., Any], bool]:
         row = resolve(self.name, x, capturing=capturing)
         entry = (row.load(), row.graph_safe)
-        self._cache[key if not capturing else key + (True,)] = entry
+        self._cache[key if not capturing else key + (CAPTURING,)] = entry
         return entry
 
     def _capture_fn(self, key: tuple, x: torch.Tensor) -> Callable[..., Any]:
-        entry = self._cache.get(key + (True,))
+        entry = self._cache.get(key + (CAPTURING,))
         if entry is None:
             entry = self._fill(key, x, capturing=True)
         return entry[0]
@@ -241,18 +213,6 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<rapid_llm op {self.name!r}>"
-
-
-def get_row(name: str) -> KernelSpec:
-    """A row by name, shipped rows included (they register on first use)."""
-    load_shipped_groups()
-    return _spec.get_row(name)
-
-
-def rows_for(op: str) -> list[KernelSpec]:
-    """An op's rows in registration order, shipped rows included."""
-    load_shipped_groups()
-    return _spec.rows_for(op)
 
 
 def get_op(name: str) -> Op:
@@ -270,14 +230,12 @@ def clear_cache() -> None:
 
 
 _spec.on_change(clear_cache)
-
-
-_VERDICT_COLOURS = {"chosen": "#d4f4dd", "outranked": "#fff3c4", "filtered": "#f6d5d5"}
+measurements.on_change(clear_cache)
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """Every row of an op with its verdict; prints as a table, renders as HTML."""
+    """Every row of an op with its verdict; prints as a table (the notebook extension renders it)."""
 
     op: str
     context: Context
@@ -288,6 +246,7 @@ class Explanation:
         return next(r for r in self.rows if r.verdict == "chosen")
 
     def verdict(self, name: str) -> RowVerdict:
+        """One row's verdict by name."""
         return next(r for r in self.rows if r.name == name)
 
     def _header(self) -> str:
@@ -301,28 +260,18 @@ class Explanation:
                 ("measured", "measured_us"), ("why", "reason")]
         table = [[h for h, _ in cols]]
         for r in self.rows:
-            m = "-" if r.measured_us is None else f"{r.measured_us:.2f} us"
-            table.append([r.name, r.backend, r.verdict, r.priority, m, r.reason])
+            table.append([r.name, r.backend, r.verdict, r.priority, r.measured_text, r.reason])
         widths = [max(len(row[i]) for row in table[:]) for i in range(len(cols) - 1)]
         lines = [self._header()]
         for row in table:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        sources = sorted({r.source for r in self.rows if r.source})
+        if sources:
+            lines.append("measured figures from: " + "; ".join(sources))
         return "\n".join(line.rstrip() for line in lines)
 
     def __repr__(self) -> str:
         return str(self)
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in
-                       ("row", "backend", "verdict", "priority", "measured", "why"))
-        body = []
-        for r in self.rows:
-            m = "-" if r.measured_us is None else f"{r.measured_us:.2f} us"
-            cells = (r.name, r.backend, r.verdict, r.priority, m, r.reason)
-            tds = "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in cells)
-            body.append(f"<tr style='background:{_VERDICT_COLOURS[r.verdict]}'>{tds}</tr>")
-        return (f"<div><b>{html.escape(self._header())}</b><table><thead><tr>{head}</tr></thead>"
-                f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
 def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
@@ -335,13 +284,17 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
     verdicts = []
     for row, reason, measured in evaluated:
         prio = _priority_text(row)
+        us = measured.median_us if measured is not None else None
+        source = measured.source if measured is not None else None
         if reason is not None:
             verdicts.append(RowVerdict(row.name, row.backend, "filtered", reason, prio, None))
         elif row.name == winner.name:
-            verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, measured, len(ranked)), prio, measured))
+            verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, us, len(ranked)), prio, us,
+                                       source))
         else:
+            winner_us = winner_m.median_us if winner_m is not None else None
             verdicts.append(RowVerdict(row.name, row.backend, "outranked",
-                                       _why_outranked(row, measured, winner, winner_m), prio, measured))
+                                       _why_outranked(row, us, winner, winner_us), prio, us, source))
     return Explanation(op, ctx, tuple(verdicts))
 
 

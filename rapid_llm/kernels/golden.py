@@ -29,8 +29,6 @@ exact answer is NaN too.
 """
 from __future__ import annotations
 
-import html
-import importlib
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -38,8 +36,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from rapid_llm.kernels import platform
 from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
+from rapid_llm.kernels.opdecl import Reference
+from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 
 __all__ = [
     "GoldenError",
@@ -47,7 +47,6 @@ __all__ = [
     "ElementDiff",
     "DtypeResult",
     "GoldenReport",
-    "register_reference",
     "get_reference",
     "reference_cases",
     "verify",
@@ -55,8 +54,6 @@ __all__ = [
     "CUDA_SIZES",
 ]
 
-#: Modules whose import registers the shipped ops' references.
-SHIPPED_REFERENCES = ("rapid_llm.kernels.golden_inputs",)
 #: Default sizes: a single element, one past a 4096 block, and a large size. The
 #: CPU set stays modest because Triton rows there run in its interpreter.
 CPU_SIZES = (1, 4097, 65536)
@@ -70,60 +67,12 @@ class GoldenError(RuntimeError):
     """Verification cannot run (no reference for the op, or the row cannot run here)."""
 
 
-@dataclass(frozen=True)
-class Reference:
-    """How to check an op: inputs, the exact answer, and how to call a row.
-
-    ``make_inputs(shape, dtype, device, generator)`` returns positional args;
-    ``oracle(*args)`` returns the exact result in float64; ``call(fn, *args)``
-    returns the tensor to compare (default ``fn(*args)``; ops with ``out=``
-    should pass a NaN-filled buffer and return it); ``edge_cases(dtype,
-    device, generator)`` returns ``[(label, args), ...]``.
-    """
-
-    op: str
-    make_inputs: Callable[..., tuple]
-    oracle: Callable[..., torch.Tensor]
-    call: Callable[..., torch.Tensor] | None = None
-    edge_cases: Callable[..., list[tuple[str, tuple]]] | None = None
-    ulps: float = 2.0
-    baseline_factor: float = 2.0
-
-
-_references: dict[str, Reference] = {}
-_shipped_loaded = False
-
-
-def register_reference(op: str, make_inputs: Callable[..., tuple], oracle: Callable[..., torch.Tensor], *,
-                       call: Callable[..., torch.Tensor] | None = None,
-                       edge_cases: Callable[..., list[tuple[str, tuple]]] | None = None,
-                       ulps: float = 2.0, baseline_factor: float = 2.0) -> Reference:
-    """Register (or, re-running a notebook cell, replace) the reference set of ``op``."""
-    if not isinstance(op, str) or not op.isidentifier():
-        raise GoldenError(f"register_reference: op must be an identifier, got {op!r}")
-    for name, fn in (("make_inputs", make_inputs), ("oracle", oracle), ("call", call), ("edge_cases", edge_cases)):
-        if fn is not None and not callable(fn):
-            raise GoldenError(f"register_reference({op!r}): {name} must be callable, got {type(fn).__name__}")
-    if not ulps > 0 or not baseline_factor >= 1:
-        raise GoldenError(f"register_reference({op!r}): need ulps > 0 and baseline_factor >= 1")
-    ref = Reference(op, make_inputs, oracle, call, edge_cases, float(ulps), float(baseline_factor))
-    _references[op] = ref
-    return ref
-
-
 def get_reference(op: str) -> Reference:
-    global _shipped_loaded
-    if not _shipped_loaded:
-        for module in SHIPPED_REFERENCES:
-            importlib.import_module(module)
-        _shipped_loaded = True
+    """The reference an op declared (rapid_llm.kernels.declare_op)."""
     try:
-        return _references[op]
-    except KeyError:
-        raise GoldenError(
-            f"op {op!r} has no golden reference; register one with "
-            f"rapid_llm.kernels.golden.register_reference (known: {', '.join(sorted(_references)) or 'none'})"
-        ) from None
+        return _spec.get_decl(op).reference
+    except _spec.RegistryError as exc:
+        raise GoldenError(f"op {op!r} has no golden reference: {exc}") from None
 
 
 def reference_cases(op: str, dtype: torch.dtype, device: torch.device,
@@ -189,7 +138,7 @@ class DtypeResult:
 
 @dataclass(frozen=True)
 class GoldenReport:
-    """Verification of one row; prints as a table, renders as the golden widget in a notebook."""
+    """Verification of one row; prints as a table (the notebook extension renders the golden widget)."""
 
     row: str
     op: str
@@ -249,32 +198,6 @@ class GoldenReport:
 
     def __repr__(self) -> str:
         return str(self)
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in
-                       ("dtype", "verdict", "max abs", "max rel", "vs baseline", "baseline err", "bad / elements",
-                        "worst element"))
-        body = []
-        for r in self.results:
-            w = r.worst_element
-            worst = r.error or ("-" if w is None else
-                                f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
-            cells = (r.dtype, "pass" if r.passed else "FAIL", f"{r.max_abs_diff:.3g}", f"{r.max_rel_diff:.3g}",
-                     _fmt(r.max_abs_diff_vs_baseline), _fmt(r.baseline_max_abs_diff), f"{r.n_bad} / {r.n_elements}",
-                     worst)
-            colour = "#d4f4dd" if r.passed else "#f6d5d5"
-            tds = "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in cells)
-            body.append(f"<tr style='background:{colour}'>{tds}</tr>")
-        return (f"<div><b>{html.escape(self._header())}</b><table><thead><tr>{head}</tr></thead>"
-                f"<tbody>{''.join(body)}</tbody></table></div>")
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        """In a notebook: the golden widget (histogram, worst elements); elsewhere the tables above."""
-        try:
-            from rapid_llm.notebook.widgets import golden_widget
-        except ImportError:
-            return {"text/plain": str(self), "text/html": self._repr_html_()}
-        return golden_widget(self)._repr_mimebundle_(include, exclude)
 
 
 def _fmt(x: float | None) -> str:
@@ -391,7 +314,7 @@ def _abs_tolerance(tolerance: float | Mapping[str, float] | None, dtype: str) ->
 def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Callable | None, ref: Reference,
                   dtype: str, device: torch.device, sizes: Sequence[int],
                   tolerance: float | Mapping[str, float] | None) -> DtypeResult:
-    tdtype = getattr(torch, DTYPE_NAMES[dtype])
+    tdtype = platform.torch_dtype(dtype)
     call = ref.call or (lambda f, *a: f(*a))
     abs_tol = _abs_tolerance(tolerance, dtype)
     rule = (f"|diff| <= {abs_tol:g}" if abs_tol is not None else
@@ -430,9 +353,6 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     baseline row. The native floor is its own baseline: it runs twice, so its
     record says whether it is deterministic, and only the oracle sets its bar.
     """
-    from rapid_llm.kernels.dispatch import load_shipped_groups
-
-    load_shipped_groups()
     row = _spec.get_row(row_name)
     ref = get_reference(row.op)
     dev = _pick_device(row, device)
@@ -457,4 +377,9 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
                           per_dtype=per_dtype)
     if record:
         _spec.update_golden(row.name, golden)
+        digest = getattr(row.target, "digest", None)  # a %%cuda_jit row: remembered across kernel restarts
+        if passed and digest:
+            from rapid_llm.kernels.jit_row import remember_verification
+
+            remember_verification(digest, golden)
     return GoldenReport(row.name, row.op, base.name, str(dev), results, golden)

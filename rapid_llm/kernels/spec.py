@@ -1,4 +1,4 @@
-"""KernelSpec rows and the registry that dispatch reads.
+"""KernelSpec rows, op declarations, and the one registry that dispatch, golden and bench read.
 
 A row names an implementation of an op and every fact dispatch needs to decide
 whether it may run: its backend, its dtypes and devices, its toolchain probe,
@@ -6,15 +6,27 @@ its golden record, its priority, whether CUDA-graph replay is safe, the minimum
 SM it needs. Targets and probes are lazy ``"module:attr"`` strings so that
 registering a row imports nothing; a callable is accepted too, so a notebook
 can register a function it just defined.
+
+The registry finds the shipped ops itself: on the first lookup it imports every
+group package under ``rapid_llm.kernels.ops`` (each declares its ops with
+:func:`rapid_llm.kernels.opdecl.declare_op`) and registers every ``.cu`` file
+under ``kernels/csrc/`` that declares a row (:mod:`rapid_llm.kernels.jit_row`).
+There is no central list of ops, groups or references. Every lookup sees the
+shipped rows; :func:`isolated` gives a test a registry of its own.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import inspect
+import pkgutil
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterator, Union
+
+from rapid_llm.kernels.platform import DTYPE_NAMES
 
 __all__ = [
     "UNMEASURED",
@@ -32,47 +44,21 @@ __all__ = [
     "all_ops",
     "registry_version",
     "resolve_ref",
+    "isolated",
+    "declare",
+    "get_decl",
+    "on_change",
 ]
 
 
-class _Unmeasured:
-    """Sentinel priority: ranks below every number, so an unmeasured row loses ties."""
-
-    _instance: "_Unmeasured | None" = None
-
-    def __new__(cls) -> "_Unmeasured":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNMEASURED"
-
-    def __reduce__(self) -> str:
-        return "UNMEASURED"
-
-
-UNMEASURED = _Unmeasured()
+#: A row without a static priority. Kept as a name for ``priority=UNMEASURED`` in older code:
+#: it is ``None``, which ranks below every number (a measured figure ranks above both).
+UNMEASURED = None
 
 #: The native floor plus the seed's four paths. ``aot`` and ``external`` exist
 #: so an AOT extension or a library (FlashInfer, DeepGEMM) can become a row
 #: later without touching dispatch.
 BACKENDS = ("native", "triton", "jit", "aot", "external")
-
-#: Short dtype names used in rows, mapped to torch attribute names. Kept as
-#: strings so this module does not import torch.
-DTYPE_NAMES = {
-    "fp32": "float32",
-    "fp16": "float16",
-    "bf16": "bfloat16",
-    "fp64": "float64",
-    "fp8e4m3": "float8_e4m3fn",
-    "fp8e5m2": "float8_e5m2",
-    "int8": "int8",
-    "int32": "int32",
-    "int64": "int64",
-    "bool": "bool",
-}
 
 DEVICE_TYPES = ("cpu", "cuda")
 
@@ -142,9 +128,9 @@ class KernelSpec:
     state per call is not capture-safe, because CUDA-graph replay bakes the
     host values of the capture call into every replay.
 
-    ``priority``: a number, higher wins, or UNMEASURED (below every number,
-    so it loses ties). Measured latency from the benchmark store, when there
-    is one for the current device, ranks ahead of it (see dispatch).
+    ``priority``: a static priority, higher wins, or None (no static priority:
+    below every number, so it loses ties). A measured latency for the device,
+    dtype and size ranks ahead of any priority (see dispatch).
     """
 
     name: str
@@ -155,7 +141,7 @@ class KernelSpec:
     dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
     devices: tuple[str, ...] = ("cuda",)
     golden: GoldenRecord = field(default_factory=GoldenRecord)
-    priority: Any = UNMEASURED
+    priority: float | None = None
     graph_safe: bool = True
     min_sm: int | None = None
     description: str = ""
@@ -169,6 +155,9 @@ class KernelSpec:
             raise RegistryError(
                 f"row {self.name!r}: unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}"
             )
+        if self.name.split("/", 1)[0] != self.backend:
+            raise RegistryError(f"row {self.name!r}: the name's prefix must be its backend, "
+                                f"'{self.backend}/{self.name.split('/', 1)[1]}'")
         _check_ref("target", self.name, self.target)
         _check_ref("available", self.name, self.available)
         if isinstance(self.dtypes, str) or not self.dtypes:
@@ -185,10 +174,10 @@ class KernelSpec:
         bad = [d for d in self.devices if d not in DEVICE_TYPES]
         if bad:
             raise RegistryError(f"row {self.name!r}: unknown device type {bad[0]!r}")
-        if self.priority is not UNMEASURED and (
+        if self.priority is not None and (
             isinstance(self.priority, bool) or not isinstance(self.priority, (int, float))
         ):
-            raise RegistryError(f"row {self.name!r}: priority must be a number or UNMEASURED")
+            raise RegistryError(f"row {self.name!r}: priority must be a number or None (no static priority)")
         if not isinstance(self.golden, GoldenRecord):
             raise RegistryError(f"row {self.name!r}: golden must be a GoldenRecord")
         if self.min_sm is not None and (not isinstance(self.min_sm, int) or self.min_sm < 10):
@@ -210,13 +199,20 @@ class KernelSpec:
         if self.available is None:
             return Availability(True)
         fn = resolve_ref(self.available)
-        try:
-            answer = fn(device)
-        except TypeError:
-            answer = fn()
+        answer = fn(device) if _takes_an_argument(fn) else fn()
         if isinstance(answer, Availability):
             return answer
         return Availability(bool(answer), "" if answer else f"probe {self.available!r} returned False")
+
+
+def _takes_an_argument(fn: Callable[..., Any]) -> bool:
+    """Whether a probe accepts the device (asked of its signature, so a TypeError inside it propagates)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.VAR_POSITIONAL,) or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+               for p in params)
 
 
 def resolve_ref(ref: Ref) -> Callable[..., Any]:
@@ -227,11 +223,79 @@ def resolve_ref(ref: Ref) -> Callable[..., Any]:
     return getattr(importlib.import_module(module_name), attr)
 
 
+
+# ------------------------------------------------------------------ the registry
+
+
+class _Registry:
+    """Rows by name, rows by op, op declarations; one instance is live at a time."""
+
+    def __init__(self, discover: bool) -> None:
+        self.rows: dict[str, KernelSpec] = {}
+        self.by_op: dict[str, list[str]] = {}
+        self.decls: dict[str, Any] = {}
+        self.discovered = not discover
+
+
 _lock = threading.RLock()
-_rows: dict[str, KernelSpec] = {}
-_by_op: dict[str, list[str]] = {}
+_state = _Registry(discover=True)
 _version = 0
 _listeners: list[Callable[[], None]] = []
+
+#: The package whose sub-packages are op groups.
+OPS_PACKAGE = "rapid_llm.kernels.ops"
+
+
+#: What importing the op groups declared and registered, replayed into every later registry
+#: (a module imports once per process, so a fresh registry cannot import it again).
+_shipped: list[tuple[str, Any]] | None = None
+_recording: list[tuple[str, Any]] | None = None
+
+
+def _discover() -> None:
+    """Import every op group and register the .cu rows, once per registry (first lookup)."""
+    global _shipped, _recording
+    if _state.discovered:
+        return
+    with _lock:
+        if _state.discovered:
+            return
+        _state.discovered = True  # before importing: a group's declarations look rows up too
+        try:
+            if _shipped is None:
+                _recording = []
+                try:
+                    ops = importlib.import_module(OPS_PACKAGE)
+                    for info in pkgutil.iter_modules(ops.__path__, OPS_PACKAGE + "."):
+                        if info.ispkg:
+                            importlib.import_module(info.name)
+                    _shipped = _recording
+                finally:
+                    _recording = None
+            else:
+                for kind, item in _shipped:
+                    declare(item) if kind == "decl" else register(item)
+            from rapid_llm.kernels.jit_row import register_cu_rows
+
+            register_cu_rows()
+        except BaseException:
+            _state.discovered = False
+            raise
+
+
+@contextlib.contextmanager
+def isolated(discover: bool = False) -> Iterator[None]:
+    """A registry of its own for the duration (tests): empty, or with the shipped ops if ``discover``."""
+    global _state
+    with _lock:
+        saved, _state = _state, _Registry(discover=discover)
+    _changed()
+    try:
+        yield
+    finally:
+        with _lock:
+            _state = saved
+        _changed()
 
 
 def _changed() -> None:
@@ -254,8 +318,9 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
     """Add a row. Refuses a duplicate name (unless ``replace``) and a second native row for an op."""
     if not isinstance(spec, KernelSpec):
         raise RegistryError(f"register() takes a KernelSpec, got {type(spec).__name__}")
+    _discover()
     with _lock:
-        old = _rows.get(spec.name)
+        old = _state.rows.get(spec.name)
         if old is not None and not replace:
             raise RegistryError(
                 f"row {spec.name!r} is already registered for op {old.op!r}; "
@@ -264,13 +329,15 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
         if old is not None and old.op != spec.op:
             raise RegistryError(f"row {spec.name!r} belongs to op {old.op!r}, cannot move it to {spec.op!r}")
         if spec.is_native:
-            for other in _by_op.get(spec.op, ()):
-                if other != spec.name and _rows[other].is_native:
+            for other in _state.by_op.get(spec.op, ()):
+                if other != spec.name and _state.rows[other].is_native:
                     raise RegistryError(
                         f"op {spec.op!r} already has its native row {other!r}; exactly one native row per op"
                     )
-        _rows[spec.name] = spec
-        names = _by_op.setdefault(spec.op, [])
+        _state.rows[spec.name] = spec
+        if _recording is not None:
+            _recording.append(("row", spec))
+        names = _state.by_op.setdefault(spec.op, [])
         if spec.name not in names:
             names.append(spec.name)
         _changed()
@@ -279,13 +346,14 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
 
 def unregister(name: str) -> None:
     """Remove a row (tests and notebooks that experiment)."""
+    _discover()
     with _lock:
-        spec = _rows.pop(name, None)
+        spec = _state.rows.pop(name, None)
         if spec is None:
             raise RegistryError(f"no row named {name!r}")
-        _by_op[spec.op].remove(name)
-        if not _by_op[spec.op]:
-            del _by_op[spec.op]
+        _state.by_op[spec.op].remove(name)
+        if not _state.by_op[spec.op]:
+            del _state.by_op[spec.op]
         _changed()
 
 
@@ -294,22 +362,49 @@ def update_golden(name: str, golden: GoldenRecord) -> KernelSpec:
     with _lock:
         spec = get_row(name)
         new = dataclasses.replace(spec, golden=golden)
-        _rows[name] = new
+        _state.rows[name] = new
         _changed()
         return new
 
 
 def get_row(name: str) -> KernelSpec:
+    """A row by name (the shipped rows are always registered)."""
+    _discover()
     try:
-        return _rows[name]
+        return _state.rows[name]
     except KeyError:
-        raise RegistryError(f"no row named {name!r}; known rows: {', '.join(sorted(_rows)) or 'none'}") from None
+        raise RegistryError(f"no row named {name!r}; known rows: {', '.join(sorted(_state.rows)) or 'none'}") from None
 
 
 def rows_for(op: str) -> list[KernelSpec]:
     """The op's rows in registration order."""
-    return [_rows[n] for n in _by_op.get(op, ())]
+    _discover()
+    return [_state.rows[n] for n in _state.by_op.get(op, ())]
 
 
 def all_ops() -> list[str]:
-    return sorted(_by_op)
+    _discover()
+    return sorted(set(_state.by_op) | set(_state.decls))
+
+
+def declare(decl: Any, *, replace: bool = False) -> None:
+    """Store an op's declaration (its reference and benchmark case); see rapid_llm.kernels.opdecl."""
+    _discover()
+    with _lock:
+        if decl.name in _state.decls and not replace:
+            raise RegistryError(f"op {decl.name!r} is already declared; pass replace=True to redeclare it")
+        _state.decls[decl.name] = decl
+        if _recording is not None:
+            _recording.append(("decl", decl))
+        _changed()
+
+
+def get_decl(op: str) -> Any:
+    """An op's declaration; RegistryError naming the known ops when there is none."""
+    _discover()
+    try:
+        return _state.decls[op]
+    except KeyError:
+        known = ", ".join(sorted(_state.decls)) or "none"
+        raise RegistryError(f"op {op!r} is not declared (declared ops: {known}); declare it with "
+                            "rapid_llm.kernels.declare_op") from None

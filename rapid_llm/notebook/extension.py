@@ -1,4 +1,4 @@
-"""``%load_ext rapid_llm``: register the magics; everything heavy loads when a magic runs."""
+"""``%load_ext rapid_llm``: register the magics and the renderers; everything heavy loads when used."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,10 +7,12 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register %%cuda_jit (its Magics instance also joins ``%config``'s configurables)."""
+    """Register %%cuda_jit (its Magics instance also joins ``%config``'s configurables) and the renderers."""
+    from rapid_llm.notebook import render
     from rapid_llm.notebook.magics import CudaJitMagics
 
     ipython.register_magics(CudaJitMagics(shell=ipython))
+    render.attach(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -20,3 +22,6 @@ def unload_ipython_extension(ipython: Any) -> None:
     manager.magics["cell"].pop("cuda_jit", None)
     if instance is not None and instance in ipython.configurables:
         ipython.configurables.remove(instance)
+    from rapid_llm.notebook import render
+
+    render.detach(ipython)

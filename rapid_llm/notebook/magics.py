@@ -238,8 +238,10 @@ class CudaJitMagics(Magics):
         line = f"{how} -> {bound} bound"
         if launcher is not None:
             row = cell_rows.row_name(name)
+            from rapid_llm.kernels.jit_row import JitRow
+
             spec, kept = cell_rows.register_cell_row(
-                name, args.op, target=cell_rows.out_first(functions[launcher], args.op),
+                name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest),
                 available="rapid_llm.kernels.jit:available", dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
                 description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",

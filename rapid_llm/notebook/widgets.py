@@ -31,8 +31,10 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rapid_llm.bench import store
-from rapid_llm.kernels.dispatch import Explanation, load_shipped_groups, dtype_name, explain
+from rapid_llm.kernels import measurements
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.dispatch import Explanation, dtype_name, explain
+from rapid_llm.notebook.render import explanation_html, golden_html
 from rapid_llm.kernels.golden import GoldenReport, verify
 from rapid_llm.kernels.spec import rows_for
 
@@ -117,7 +119,6 @@ class ExplainView(_View):
             dtype = first.dtype if dtype is None else dtype
             device = first.device if device is None else device
             numel = first.numel() if numel is None else numel
-        load_shipped_groups()
         rows = rows_for(op)
         self.op = op
         self.dtypes = tuple(dict.fromkeys(d for r in rows for d in r.dtypes))
@@ -141,7 +142,7 @@ class ExplainView(_View):
 
     def to_html(self) -> str:
         legend = " ".join(f"<span style='background:{c};padding:0 6px'>{v}</span>" for v, c in VERDICT_COLOURS.items())
-        return f"<div>{self.explanation._repr_html_()}<div>{legend}</div></div>"
+        return f"<div>{explanation_html(self.explanation)}<div>{legend}</div></div>"
 
     def figure(self) -> Figure:
         ex = self.explanation
@@ -246,11 +247,11 @@ class GoldenView(_View):
 
     def to_html(self) -> str:
         png = _png(self.figure())
-        return f"<div>{self.report._repr_html_()}{_img_tag(png, 'histogram of |diff|')}{self.worst_html()}</div>"
+        return f"<div>{golden_html(self.report)}{_img_tag(png, 'histogram of |diff|')}{self.worst_html()}</div>"
 
     def widget(self) -> ipywidgets.Widget:
         return ipywidgets.VBox([
-            ipywidgets.HTML(self.report._repr_html_()),
+            ipywidgets.HTML(golden_html(self.report)),
             ipywidgets.Image(value=_png(self.figure()), format="png"),
             ipywidgets.HTML(self.worst_html()),
         ])
@@ -269,7 +270,7 @@ def golden_widget(report: GoldenReport | str, **verify_kwargs: Any) -> GoldenVie
 
 
 def _current_device_name() -> str:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return platform.device_label("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _date(doc: dict[str, Any], entries: list[dict[str, Any]]) -> str:
@@ -301,13 +302,13 @@ class BenchPlot(_View):
     @staticmethod
     def _load(op: str, device_name: str | None, source: str | Path | None) -> tuple[dict[str, Any], str]:
         if source is not None:
-            return store.load_file(source), f"from {Path(source).name}"
+            return measurements.load_file(source), f"from {Path(source).name}"
         name = device_name or _current_device_name()
-        doc = store.load(name)
+        doc = measurements.load(name)
         if any(e["op"] == op for e in doc["entries"].values()) or device_name is not None:
             return doc, "this machine" if device_name is None else "results store"
-        for path in store.committed_results():
-            committed = store.load_file(path)
+        for path in measurements.committed_results():
+            committed = measurements.load_file(path)
             if any(e["op"] == op for e in committed["entries"].values()):
                 return committed, "committed results"
         return doc, "this machine"
@@ -449,7 +450,6 @@ def render_docs(out_dir: str | Path, op: str = "scale", rows: Sequence[str] | No
 
     out = Path(out_dir)
     written = []
-    load_shipped_groups()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     plot = bench_plot(op, source=source)
     numel = max((e["numel"] for e in plot.entries), default=4096)

@@ -1,4 +1,4 @@
-"""Measured figures persist per device and order dispatch; UNMEASURED loses ties."""
+"""Measured figures: where they come from, how they order dispatch, and that dispatch is deterministic."""
 from __future__ import annotations
 
 import json
@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from rapid_llm.bench import bench_op, store
-from rapid_llm.bench.cases import CaseArgs, register_case, unregister_case
-from rapid_llm.kernels import spec
-from rapid_llm.kernels.dispatch import load_shipped_groups, explain, resolve
+from rapid_llm.bench import bench_op
+from rapid_llm.kernels import measurements, spec
+from rapid_llm.kernels.dispatch import explain, resolve
+from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 
 
@@ -25,7 +25,7 @@ def _case(numel, dtype, device):
 
 @pytest.fixture
 def prio_rows():
-    """Two verified CPU rows of a private op (and its native floor), with a benchmark case."""
+    """Two verified CPU rows of a private op (and its native floor), declared in a registry of their own."""
     rows = [
         KernelSpec(name="native/prio", op="prio", backend="native", target=_mul, devices=("cpu",)),
         KernelSpec(name="triton/prio_a", op="prio", backend="triton", target=_mul, devices=("cpu",),
@@ -33,46 +33,49 @@ def prio_rows():
         KernelSpec(name="jit/prio_b", op="prio", backend="jit", target=_mul, devices=("cpu",),
                    golden=GoldenRecord(verified=True)),
     ]
-    for r in rows:
-        spec.register(r)
-    register_case("prio", _case)
-    yield [r.name for r in rows]
-    unregister_case("prio")
-    for r in rows:
-        spec.unregister(r.name)
+    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype), 3.0),
+                          oracle=lambda x, f: x.double() * f)
+    with spec.isolated():
+        declare_op("prio", rows=rows, reference=reference, bench=_case)
+        yield [r.name for r in rows]
 
 
 def test_record_lookup_roundtrip_by_bucket(isolated_store):
-    store.record("prio", "triton/prio_a", "cpu", "fp32", 4096, 12.5, gbps=3.0)
-    assert store.results_path("cpu").parent == isolated_store / "results"
-    assert store.lookup_latency("prio", "triton/prio_a", "cpu", "fp32", (4096).bit_length()) == 12.5
-    assert store.lookup_latency("prio", "triton/prio_a", "cpu", "fp32", (4096 * 2).bit_length()) == 12.5  # nearest
-    assert store.lookup_latency("prio", "triton/prio_a", "cpu", "fp32", (4096 * 8).bit_length()) is None
-    assert store.lookup_latency("prio", "triton/prio_a", "NVIDIA H200", "fp32", 13) is None
-    (entry,) = store.entries("cpu", "prio")
+    measurements.record("prio", "triton/prio_a", "cpu", "fp32", 4096, 12.5, gbps=3.0)
+    assert measurements.results_path("cpu").parent == isolated_store / "results"
+    figure = measurements.lookup("prio", "triton/prio_a", "cpu", "fp32", (4096).bit_length())
+    assert figure.median_us == 12.5 and figure.source == "this session"
+    assert measurements.lookup("prio", "triton/prio_a", "cpu", "fp32", (4096 * 2).bit_length()).median_us == 12.5
+    assert measurements.lookup("prio", "triton/prio_a", "cpu", "fp32", (4096 * 8).bit_length()) is None
+    assert measurements.lookup("prio", "triton/prio_a", "NVIDIA H200", "fp32", 13) is None
+    (entry,) = measurements.entries("cpu", "prio")
     assert entry["gbps"] == 3.0 and entry["numel"] == 4096
 
 
 def test_meta_export_and_merge(tmp_path):
-    store.record("prio", "triton/prio_a", "Some GPU", "bf16", 1 << 20, 40.0)
-    store.record("other", "native/other", "Some GPU", "bf16", 1 << 20, 41.0)
-    store.record_meta("Some GPU", copy_roofline_gbps=4000.0)
-    path = store.export("Some GPU", tmp_path / "some_gpu.json", op="prio")
+    measurements.record("prio", "triton/prio_a", "Some GPU", "bf16", 1 << 20, 40.0)
+    measurements.record("other", "native/other", "Some GPU", "bf16", 1 << 20, 41.0)
+    measurements.record_meta("Some GPU", copy_roofline_gbps=4000.0)
+    path = measurements.export("Some GPU", tmp_path / "some_gpu.json", op="prio")
     doc = json.loads(path.read_text())
     assert doc["device"] == "Some GPU" and len(doc["entries"]) == 1
     assert doc["meta"]["copy_roofline_gbps"] == 4000.0
-    store.clear("Some GPU")
-    assert store.entries("Some GPU") == [] and store.meta("Some GPU") == {}
-    assert store.merge_file(path) == "Some GPU"
-    assert store.lookup_latency("prio", "triton/prio_a", "Some GPU", "bf16", 21) == 40.0
-    assert store.meta("Some GPU")["copy_roofline_gbps"] == 4000.0
+    measurements.clear("Some GPU")
+    assert measurements.entries("Some GPU") == [] and measurements.meta("Some GPU") == {}
+    assert measurements.merge_file(path) == "Some GPU"
+    measurements.use_local(True)  # merged figures live in the local store, ranked only when opted in
+    try:
+        assert measurements.lookup("prio", "triton/prio_a", "Some GPU", "bf16", 21).median_us == 40.0
+    finally:
+        measurements.use_local(None)
+    assert measurements.meta("Some GPU")["copy_roofline_gbps"] == 4000.0
 
 
 def test_unreadable_results_file_says_what_to_do(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{\"entries\": 3}")
     with pytest.raises(RuntimeError, match="unreadable.*delete it"):
-        store.load_file(bad)
+        measurements.load_file(bad)
 
 
 def test_committed_results_are_found_from_a_subfolder(tmp_path):
@@ -80,16 +83,16 @@ def test_committed_results_are_found_from_a_subfolder(tmp_path):
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "gpu.json").write_text("{}")
     (tmp_path / "notebooks").mkdir()
-    assert store.committed_results(tmp_path / "notebooks") == [tmp_path / "benchmarks" / "results" / "gpu.json"]
+    assert measurements.committed_results(tmp_path / "notebooks") == [tmp_path / "benchmarks" / "results" / "gpu.json"]
 
 
 def test_measured_latency_orders_rows_and_unmeasured_loses(prio_rows):
     native, a, b = prio_rows
     # Unmeasured: the backend preference decides (jit before triton), native last.
     assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == b
-    store.record("prio", a, "cpu", "fp32", 4096, 5.0)
+    measurements.record("prio", a, "cpu", "fp32", 4096, 5.0)
     assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == a  # measured beats unmeasured
-    store.record("prio", b, "cpu", "fp32", 4096, 3.0)
+    measurements.record("prio", b, "cpu", "fp32", 4096, 3.0)
     assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == b  # faster measured wins
     ex = explain("prio", dtype="fp32", device="cpu", numel=4096)
     assert ex.verdict(b).measured_us == 3.0
@@ -107,15 +110,38 @@ def test_bench_op_times_eligible_cpu_rows_and_records(prio_rows):
     assert all(v.measured_us is not None for v in ex.rows)
     fastest = min(results, key=lambda m: m.result.median_us)
     assert ex.chosen.name == fastest.row
-    assert store.meta("cpu")["copy_roofline_gbps"] > 0
+    assert measurements.meta("cpu")["copy_roofline_gbps"] > 0
+
+
+def test_local_store_ranks_only_when_opted_in_and_committed_figures_rank_by_default(prio_rows, tmp_path,
+                                                                                    monkeypatch):
+    native, a, b = prio_rows
+    measurements.record("prio", a, "cpu", "fp32", 4096, 5.0)  # a figure recorded by an earlier session...
+    measurements._session.clear()                              # ...which this session did not measure
+    assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == b  # the local store is not consulted
+    measurements.use_local(True)
+    try:
+        assert resolve("prio", dtype="fp32", device="cpu", numel=4096).name == a
+        assert explain("prio", dtype="fp32", device="cpu", numel=4096).verdict(a).source.startswith("local store")
+    finally:
+        measurements.use_local(None)
+    root = tmp_path / "project"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    key, entry = measurements.make_entry("prio", native, "fp32", 4096, 1.0)
+    (root / "benchmarks" / "results" / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": {key: entry}}))
+    monkeypatch.chdir(root)
+    measurements.use_local(None)  # a policy change clears dispatch's cache
+    ex = explain("prio", dtype="fp32", device="cpu", numel=4096)
+    assert ex.chosen.name == native and ex.chosen.source == "committed cpu.json"
+    assert "measured figures from: committed cpu.json" in str(ex)
 
 
 def test_bench_op_on_scale_skips_filtered_rows():
-    load_shipped_groups()
     results = bench_op("scale", sizes=[256], dtypes=["fp32"], record=False, warmup=1, repeats=2, device="cpu")
     ran = {m.row for m in results}
     assert "native/scale" in ran and "jit/scale" not in ran  # the JIT row cannot run on CPU
-    assert store.entries("cpu", "scale") == []
+    assert measurements.entries("cpu", "scale") == []
 
 
 def test_bench_op_bad_requests(prio_rows):

@@ -6,9 +6,9 @@ import itertools
 import pytest
 import torch
 
-from rapid_llm.bench import store
+from rapid_llm.kernels import measurements
 from rapid_llm.kernels import dispatch, spec
-from rapid_llm.kernels.spec import UNMEASURED, Availability, GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.spec import Availability, GoldenRecord, KernelSpec, RegistryError
 
 VERIFIED = GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/x")
 _ids = itertools.count()
@@ -51,11 +51,11 @@ def test_priority_orders_rows(op):
 
 
 def test_unmeasured_loses_ties(op):
-    op(f"jit/{op.name}_unm", "jit", priority=UNMEASURED)
+    op(f"jit/{op.name}_unm", "jit", priority=None)
     op(f"jit/{op.name}_zero", "jit", priority=0)
     assert dispatch.resolve(op.name, X).name == f"jit/{op.name}_zero"
     why = dispatch.explain(op.name, X).verdict(f"jit/{op.name}_unm").reason
-    assert "priority 0 > UNMEASURED" in why
+    assert "priority 0 > -" in why
 
 
 def test_backend_preference_breaks_equal_priority(op):
@@ -72,11 +72,11 @@ def test_native_is_the_floor_when_others_unmeasured(op):
 
 def test_measured_latency_outranks_static_priority(op):
     fast, slow = f"triton/{op.name}_fast", f"jit/{op.name}_slow"
-    op(fast, "triton", priority=UNMEASURED)
+    op(fast, "triton", priority=None)
     op(slow, "jit", priority=100)
     assert dispatch.resolve(op.name, X).name == slow
-    store.record(op.name, fast, "cpu", "fp32", 8, 2.0)
-    store.record(op.name, slow, "cpu", "fp32", 8, 5.0)
+    measurements.record(op.name, fast, "cpu", "fp32", 8, 2.0)
+    measurements.record(op.name, slow, "cpu", "fp32", 8, 5.0)
     e = dispatch.explain(op.name, X)
     assert e.chosen.name == fast and e.chosen.measured_us == 2.0
     assert "2.00 us vs 5.00 us measured (2.50x slower)" in e.verdict(slow).reason
@@ -84,8 +84,8 @@ def test_measured_latency_outranks_static_priority(op):
 
 def test_measured_native_can_win_small_sizes(op):
     op(f"triton/{op.name}", "triton")
-    store.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)
-    store.record(op.name, f"triton/{op.name}", "cpu", "fp32", 8, 20.0)
+    measurements.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)
+    measurements.record(op.name, f"triton/{op.name}", "cpu", "fp32", 8, 20.0)
     assert dispatch.resolve(op.name, X).name == f"native/{op.name}"
     # a size bucket far from the measured one falls back to static ranking
     assert dispatch.resolve(op.name, torch.ones(1 << 20)).name == f"triton/{op.name}"
@@ -135,10 +135,10 @@ def test_graph_unsafe_rows_are_filtered_while_capturing(op):
 
 
 def test_min_sm_filter_on_cuda_devices(op, monkeypatch):
-    from rapid_llm.kernels.ops import tile_policy
+    from rapid_llm.kernels import platform
 
     op(f"jit/{op.name}", "jit", min_sm=90)
-    monkeypatch.setattr(tile_policy, "sm_version", lambda device=None: 80)
+    monkeypatch.setattr(platform, "sm_version", lambda device=None: 80)
     e = dispatch.explain(op.name, dtype=torch.float32, device="cuda", capturing=False)
     assert e.verdict(f"jit/{op.name}").reason == "needs sm_90+, device is sm_80"
 
@@ -171,7 +171,7 @@ def test_new_measurements_invalidate_the_cache(op):
     op(f"triton/{op.name}", "triton")
     call = dispatch.get_op(op.name)
     assert call(X)[0] == f"triton/{op.name}"
-    store.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)
+    measurements.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)
     assert call(X)[0] == f"native/{op.name}"
 
 
@@ -205,7 +205,9 @@ def test_explain_text_and_html(op):
     lines = text.splitlines()
     assert lines[1].split()[:3] == ["row", "backend", "verdict"]
     assert any(line.startswith(f"jit/{op.name}") and "filtered" in line and "nvcc not found" in line for line in lines)
-    html = e._repr_html_()
+    from rapid_llm.notebook.render import explanation_html
+
+    html = explanation_html(e)
     assert "<table>" in html and "nvcc not found" in html and "#d4f4dd" in html
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rapid_llm.kernels import jit
+from rapid_llm.kernels import jit, jit_cache
 from rapid_llm.kernels.fastpath import device, symbols
 from rapid_llm.kernels.fastpath.builder import FastBuilder
 from rapid_llm.notebook.compile_errors import cell_diagnostics
@@ -109,7 +109,7 @@ def test_builder_is_chosen_by_the_source(tmp_path):
 
 
 def test_cache_key_covers_the_projects_headers(tmp_path):
-    names = {p.name for p in jit._local_sources(write_cell(tmp_path / "cell.cu"))}
+    names = {p.name for p in jit_cache.local_sources(write_cell(tmp_path / "cell.cu"))}
     assert {"cell.cu", "rapid_llm.cuh", "rapid_llm_abi.h"} <= names
 
 

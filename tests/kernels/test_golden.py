@@ -7,26 +7,15 @@ import pytest
 import torch
 
 from rapid_llm.kernels import spec
-from rapid_llm.kernels.dispatch import load_shipped_groups, explain
-from rapid_llm.kernels.golden import GoldenError, register_reference, verify
+from rapid_llm.kernels.dispatch import explain
+from rapid_llm.kernels.golden import GoldenError, verify
+from rapid_llm.kernels.opdecl import Reference, declare_op
+from rapid_llm.notebook.render import golden_html
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 from rapid_llm.kernels.triton_support import interpreting
 
 HAS_CUDA = torch.cuda.is_available()
 SMALL = (1, 4097)
-
-
-@pytest.fixture(autouse=True)
-def restore_registry():
-    """verify() rewrites golden records; put the shipped rows back and drop test rows afterwards."""
-    load_shipped_groups()
-    before = {r.name: r for r in spec.rows_for("scale")}
-    yield
-    for row in spec.rows_for("scale"):
-        if row.name not in before:
-            spec.unregister(row.name)
-    for row in before.values():
-        spec.register(row, replace=True)
 
 
 def _add_row(name: str, fn) -> str:
@@ -59,28 +48,6 @@ def skips_the_tail(x, factor, out=None):
 def correct(x, factor, out=None):
     out = torch.empty_like(x) if out is None else out
     return out.copy_(x.float() * factor)
-
-
-@pytest.mark.parametrize("row", ["native/scale", "triton/scale"])
-def test_shipped_rows_pass(row):
-    report = verify(row, sizes=SMALL)
-    assert report.passed, str(report)
-    assert {r.dtype for r in report.results} == set(spec.get_row(row).dtypes)
-    assert spec.get_row(row).golden.verified
-
-
-def test_shipped_golden_records_hold():
-    """Each shipped row is no further from its baseline than its committed GoldenRecord says."""
-    for row in ("native/scale", "triton/scale"):
-        shipped = spec.get_row(row).golden
-        dtypes = spec.get_row(row).dtypes
-        if row.startswith("triton/") and interpreting():
-            # Triton's CPU interpreter truncates float32 -> bfloat16 instead of rounding to
-            # nearest: bf16 still passes the tolerance (checked above), but can differ from the
-            # baseline by one ulp. The bf16 record is checked on GPU runs.
-            dtypes = tuple(d for d in dtypes if d != "bf16")
-        report = verify(row, dtypes=dtypes)
-        assert report.regressions(shipped) == [], str(report)
 
 
 @pytest.mark.parametrize("wrong", [writes_zeros, leaves_out_untouched, skips_the_tail])
@@ -143,7 +110,7 @@ def test_record_false_leaves_the_registry_alone():
 
 def test_report_renders_as_text_and_html():
     report = verify("native/scale", sizes=(1,), dtypes=("fp32", "bf16"), record=False)
-    text, page = str(report), report._repr_html_()
+    text, page = str(report), golden_html(report)
     assert "native/scale" in text and "PASS" in text and "bf16" in text
     assert "<table>" in page and "fp32" in page
 
@@ -155,17 +122,14 @@ def test_bad_requests_name_the_problem():
         verify("native/scale", sizes=(0,))
     with pytest.raises(spec.RegistryError, match="no row named"):
         verify("triton/nope")
-    with pytest.raises(GoldenError, match="must be callable"):
-        register_reference("scale2", lambda *a: a, "not callable")
+    with pytest.raises(spec.RegistryError, match="oracle must be callable"):
+        Reference(make_inputs=lambda *a: a, oracle="not callable")
 
 
 def test_op_without_reference_is_a_clear_error():
     spec.register(KernelSpec(name="native/unref", op="unref", backend="native", target=correct, devices=("cpu",)))
-    try:
-        with pytest.raises(GoldenError, match="op 'unref' has no golden reference"):
-            verify("native/unref")
-    finally:
-        spec.unregister("native/unref")
+    with pytest.raises(GoldenError, match="op 'unref' has no golden reference: op 'unref' is not declared"):
+        verify("native/unref")
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the CPU-only refusal")
@@ -176,11 +140,3 @@ def test_jit_row_without_cuda_is_refused_and_left_alone():
     assert spec.get_row("jit/scale").golden == before
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("row", ["jit/scale", "triton/scale", "native/scale"])
-def test_rows_pass_on_gpu_and_hold_their_records(row):
-    shipped = spec.get_row(row).golden
-    report = verify(row)
-    assert report.passed, str(report)
-    assert report.device.startswith("cuda")
-    assert report.regressions(shipped) == [], str(report)

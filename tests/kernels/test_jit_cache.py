@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels import jit
+from rapid_llm.kernels import jit, jit_cache
 from tests.hang_guard import with_hang_guard
 from tests.jit_builders import GccBuilder, answer_source
 
@@ -92,7 +92,7 @@ def test_published_build_directory_holds_no_leftovers(tmp_path, builds, cache_di
     result = _build(_source(tmp_path, 1))
     assert not (result.build_dir / "lock").exists()
     assert not list(cache_dir.glob("*.staging-*"))
-    manifest = json.loads((result.build_dir / jit.MANIFEST).read_text())
+    manifest = json.loads((result.build_dir / jit_cache.MANIFEST).read_text())
     assert manifest["builder"] == "test-gcc"
 
 
@@ -102,20 +102,20 @@ def test_truncated_binary_is_rebuilt_not_loaded(tmp_path, builds, cache_dir):
     cmd, env = _subprocess_build(src, "answer", cache_dir, f"log=Path({str(builds)!r})")
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=HANG_GUARD_S)
     (build_dir,) = [p for p in cache_dir.iterdir() if p.is_dir()]
-    so = build_dir / json.loads((build_dir / jit.MANIFEST).read_text())["binary"]
+    so = build_dir / json.loads((build_dir / jit_cache.MANIFEST).read_text())["binary"]
     so.write_bytes(so.read_bytes()[:100])
     again = _build(src)
     assert again.module.answer() == 3
     assert again.cached is False
     assert _count(builds) == 2
-    manifest = json.loads((again.build_dir / jit.MANIFEST).read_text())
-    assert jit._sha256(again.build_dir / manifest["binary"]) == manifest["sha256"]
+    manifest = json.loads((again.build_dir / jit_cache.MANIFEST).read_text())
+    assert jit_cache._sha256(again.build_dir / manifest["binary"]) == manifest["sha256"]
 
 
 def test_unreadable_manifest_is_rebuilt(tmp_path, builds):
     src = _source(tmp_path, 4)
     first = _build(src)
-    (first.build_dir / jit.MANIFEST).write_text("{not json")
+    (first.build_dir / jit_cache.MANIFEST).write_text("{not json")
     again = _build(src)
     assert again.cached is False and again.module.answer() == 4
 

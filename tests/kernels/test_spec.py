@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from rapid_llm.kernels import spec
-from rapid_llm.kernels.spec import UNMEASURED, GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.spec import GoldenRecord, KernelSpec, RegistryError
 
 
 def _row(**kw):
@@ -32,8 +32,8 @@ def clean():
     (dict(name="noslash"), "row name must look like 'backend/name'"),
     (dict(op="not an op"), "op must be an identifier"),
     (dict(devices=("tpu",)), "unknown device type 'tpu'"),
-    (dict(priority="high"), "priority must be a number or UNMEASURED"),
-    (dict(priority=True), "priority must be a number or UNMEASURED"),
+    (dict(priority="high"), "priority must be a number or None"),
+    (dict(priority=True), "priority must be a number or None"),
     (dict(min_sm=9), "min_sm is an SM number"),
     (dict(golden={"verified": True}), "golden must be a GoldenRecord"),
 ])
@@ -99,9 +99,25 @@ def test_unknown_row_lists_known_ones():
         spec.get_row("jit/nope")
 
 
-def test_unmeasured_is_a_singleton_that_prints():
-    assert repr(UNMEASURED) == "UNMEASURED"
-    assert type(UNMEASURED)() is UNMEASURED
+def test_no_static_priority_is_none_and_unmeasured_is_its_old_name():
+    row = KernelSpec(name="triton/p", op="p", backend="triton", target=lambda x: x)
+    assert row.priority is None and spec.UNMEASURED is None
+
+
+def test_a_row_name_carries_its_backend():
+    with pytest.raises(RegistryError, match="the name's prefix must be its backend, 'triton/x'"):
+        KernelSpec(name="jit/x", op="x", backend="triton", target=lambda x: x)
+
+
+def test_a_type_error_inside_a_probe_is_not_swallowed():
+    def probe(device):
+        raise TypeError("a bug in the probe")
+
+    row = KernelSpec(name="triton/p", op="p", backend="triton", target=lambda x: x, available=probe)
+    with pytest.raises(TypeError, match="a bug in the probe"):
+        row.probe("cpu")
+    row = KernelSpec(name="triton/q", op="q", backend="triton", target=lambda x: x, available=lambda: False)
+    assert not row.probe("cpu")  # a probe that takes no device is called without one
 
 
 def test_golden_rejects_negative_diff():

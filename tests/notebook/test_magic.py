@@ -79,7 +79,7 @@ def test_without_a_toolchain_the_row_is_registered_unavailable_with_the_reason(s
     row = spec.get_row("jit/scale_vec")
     assert (row.op, row.backend, row.dtypes, row.devices) == ("scale", "jit", ("bf16", "fp16"), ("cuda",))
     assert row.golden.verified is False and row.golden.baseline == "native/scale"
-    assert row.graph_safe is True and row.priority is spec.UNMEASURED
+    assert row.graph_safe is True and row.priority is None
     probe = row.probe("cuda")
     assert not probe and NO_GPU in probe.reason
     with pytest.raises(RuntimeError, match=re.escape(f"jit/scale_vec was not built on this machine: {NO_GPU}")):

@@ -9,9 +9,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from rapid_llm.bench import store  # noqa: E402
+from rapid_llm.kernels import measurements  # noqa: E402
 from rapid_llm.kernels import spec  # noqa: E402
-from rapid_llm.kernels.dispatch import load_shipped_groups  # noqa: E402
 from rapid_llm.kernels.golden import verify  # noqa: E402
 from rapid_llm.notebook import widgets  # noqa: E402
 
@@ -23,8 +22,7 @@ PNG_MAGIC = b"\x89PNG"
 def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # no project root above: no committed results unless a test makes some
-    monkeypatch.setattr(store, "_PACKAGE_DIR", tmp_path / "pkg")
-    load_shipped_groups()
+    monkeypatch.setattr(measurements.platform, "PACKAGE_DIR", tmp_path / "pkg")
     before = {r.name: r for r in spec.rows_for("scale")}
     yield tmp_path
     for row in before.values():
@@ -53,7 +51,7 @@ def test_golden_widget_shows_table_histogram_and_worst_elements(tmp_path):
     assert "data:image/png;base64," in page and "x allowed" in page
     assert len(view.widget().children) == 3
     assert view.save_png(tmp_path / "golden.png").read_bytes().startswith(PNG_MAGIC)
-    assert WIDGET_MIME in report._repr_mimebundle_()  # verify() itself displays as the widget
+    assert WIDGET_MIME in widgets.golden_widget(report)._repr_mimebundle_()
 
 
 def test_golden_widget_of_a_failing_row_marks_it():
@@ -71,9 +69,9 @@ def test_golden_widget_of_a_failing_row_marks_it():
 
 def test_bench_plot_from_the_store(tmp_path):
     for n in (1024, 1 << 20):
-        store.record("scale", "native/scale", "cpu", "fp32", n, n / 1000, gbps=8.0, roofline_fraction=0.4)
-        store.record("scale", "reference/copy", "cpu", "fp32", n, n / 2000, gbps=16.0)
-    store.record_meta("cpu", copy_roofline_gbps=20.0)
+        measurements.record("scale", "native/scale", "cpu", "fp32", n, n / 1000, gbps=8.0, roofline_fraction=0.4)
+        measurements.record("scale", "reference/copy", "cpu", "fp32", n, n / 2000, gbps=16.0)
+    measurements.record_meta("cpu", copy_roofline_gbps=20.0)
     plot = widgets.bench_plot("scale", device_name="cpu")
     text = str(plot)
     assert "CPU numbers" in text and "1M" in text and "native/scale" in text and "40%" in text
@@ -110,9 +108,30 @@ def test_bench_plot_without_any_figures_says_how_to_get_them(tmp_path):
 
 
 def test_render_docs_writes_every_view(tmp_path):
-    store.record("scale", "native/scale", "cpu", "fp32", 4096, 5.0, gbps=6.5)
+    measurements.record("scale", "native/scale", "cpu", "fp32", 4096, 5.0, gbps=6.5)
     paths = widgets.render_docs(tmp_path / "docs", rows=["native/scale"])
     names = sorted(p.name for p in paths)
     assert names == ["bench_scale_gbps.png", "bench_scale_latency.png", "explain_scale.png",
                      "golden_native_scale.png"]
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
+
+
+def test_the_extension_renders_core_objects_and_unloading_removes_it():
+    """The core prints text; %load_ext rapid_llm gives Explanation its HTML and GoldenReport its widget."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from rapid_llm.kernels.dispatch import explain
+    from rapid_llm.kernels.golden import verify
+
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("rapid_llm")
+    try:
+        ex = explain("scale", torch.randn(8))
+        data, _ = shell.display_formatter.format(ex)
+        assert "<table>" in data["text/html"] and "native/scale" in data["text/plain"]
+        shown = shell.display_formatter.ipython_display_formatter(verify("native/scale", sizes=(1, 4097)))
+        assert shown  # the golden widget was displayed instead of the text
+    finally:
+        shell.extension_manager.unload_extension("rapid_llm")
+    data, _ = shell.display_formatter.format(explain("scale", torch.randn(8)))
+    assert "text/html" not in data

@@ -24,7 +24,7 @@ class _BindingBuilder:
     name = "fastcall-gcc"
 
     def build(self, request):  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit import CSRC, BuildError
+        from rapid_llm.kernels.jit_cache import CSRC, BuildError
 
         out = request.build_dir / f"{_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"
         cmd = [os.environ.get("CC", "gcc"), "-shared", "-fPIC", "-O2", "-std=gnu11",
@@ -42,7 +42,7 @@ def fastcall() -> ModuleType:
     """The binding module, built on first use and cached on disk like any JIT build."""
     import torch
 
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels import jit_cache as jit
 
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if api is None:

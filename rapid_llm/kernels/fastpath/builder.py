@@ -63,14 +63,14 @@ def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
     (cached like any build) instead. Without a usable PCH the source simply
     includes the header itself.
     """
-    from rapid_llm.kernels.jit import cache_root
+    from rapid_llm.kernels.jit_cache import cache_root
 
     return _host_support(cxx, cache_root())
 
 
 @functools.cache
 def _host_support(cxx: str, root: Path) -> tuple[tuple[str, ...], Path]:
-    from rapid_llm.kernels.jit import CSRC, BuildRequest, build_binary
+    from rapid_llm.kernels.jit_cache import CSRC, BuildRequest, build_binary
 
     common = CSRC / "common"
     h = hashlib.sha256()
@@ -93,7 +93,7 @@ class _HostSupportBuilder:
         self.cxx = cxx
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit import CSRC, BuildError
+        from rapid_llm.kernels.jit_cache import CSRC, BuildError
 
         common = CSRC / "common"
         runtime = request.build_dir / "rapid_llm_runtime.o"
@@ -125,7 +125,7 @@ class FastBuilder:
         self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit import CSRC, BuildError, target_arch
+        from rapid_llm.kernels.jit_cache import CSRC, BuildError, target_arch
 
         src, out_dir = request.source, request.build_dir
         includes = [f"-I{CSRC}", f"-I{CSRC / 'common'}", f"-I{src.parent}"]
@@ -171,7 +171,7 @@ class FastBuilder:
 
     @staticmethod
     def _check_agreement(kernels: list[symbols.KernelRef], code: device.DeviceCode, src: Path) -> None:
-        from rapid_llm.kernels.jit import BuildError
+        from rapid_llm.kernels.jit_cache import BuildError
 
         problems = []
         for k in kernels:
@@ -192,7 +192,7 @@ class FastBuilder:
     @staticmethod
     def load(request, so: Path) -> ModuleType:  # noqa: ANN001 - a jit.BuildRequest
         from rapid_llm.kernels.fastpath.binding import load_module
-        from rapid_llm.kernels.jit import module_name
+        from rapid_llm.kernels.jit_cache import module_name
 
         return load_module(so, module_name(request))
 

@@ -42,10 +42,10 @@ class DeviceCode:
 @functools.cache
 def cuda_home() -> Path | None:
     """The toolkit whose headers the device pass includes: $CUDA_HOME, nvcc's, or /usr/local/cuda."""
-    from rapid_llm.kernels.jit import _nvcc_path
+    from rapid_llm.kernels.jit_cache import nvcc_path
 
     candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = _nvcc_path()
+    nvcc = nvcc_path()
     if nvcc:
         candidates.append(str(Path(nvcc).resolve().parent.parent))
     candidates.append("/usr/local/cuda")
@@ -156,9 +156,9 @@ def _nvrtc_checker(lib: ctypes.CDLL):
 
 def _compile_nvcc(source: Path, kernels: Sequence[KernelRef], arch: str, flags: Sequence[str],
                   include_dirs: Sequence[Path], work_dir: Path) -> DeviceCode:
-    from rapid_llm.kernels.jit import _nvcc_path
+    from rapid_llm.kernels.jit_cache import nvcc_path
 
-    nvcc = _nvcc_path()
+    nvcc = nvcc_path()
     if nvcc is None:
         raise DeviceCompileError("device pass: neither libnvrtc nor nvcc was found", "")
     wrapper = work_dir / "device_pass.cu"

@@ -1,3 +1,4 @@
+// rapid_llm row: {"name": "jit/scale", "op": "scale", "fn": "scale", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.0, "baseline": "native/scale"}, "graph_safe": true, "description": "the tutorial's kernel: one element per thread"}
 // scale: out = input * factor, fp16 / bf16 / fp32 (a fast-path source: no torch headers).
 // The tutorial's kernel: one element per thread. Simple and correct, and far
 // below the copy roofline (see notebooks/01_add_jit_kernel.ipynb for the

@@ -1,0 +1,157 @@
+"""Benchmark one op through bench_op: every row that can run here, cold L2, against the copy roofline.
+
+    python benchmarks/bench_op.py OP [--sizes 1024 1048576] [--dtypes bf16 fp32] [--rows native/scale ...]
+                                     [--no-record] [--out benchmarks/results/<op>_<gpu>.json]
+    python benchmarks/bench_op.py --check-harness
+
+Each row is called through its KernelSpec target on the op's declared bench
+case (never through dispatch, so each figure is the row itself); bytes moved
+come from the case, and the copy roofline is measured by the same harness.
+Rows that cannot run here are listed with the reason. Figures are recorded
+for this session and the local store unless --no-record; --out writes them
+as a results file that, committed under benchmarks/results/, ranks rows on
+every machine of this GPU kind.
+
+``--check-harness`` prints the two figures that say the harness can be
+trusted: below the L2 size nothing beats the copy roofline with cold L2
+(while the same call with warm L2 may), and the spread of medians over five
+repeated runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from rapid_llm.bench import bench, bench_op, copy_roofline
+from rapid_llm.bench.harness import l2_bytes
+from rapid_llm.bench.ops import OpMeasurement, eligible_rows, stored_figures
+from rapid_llm.kernels import measurements, platform
+
+GPU_SIZES = tuple(1 << p for p in range(10, 29, 2))  # 1K .. 256M, every 4x
+CPU_SIZES = tuple(1 << p for p in range(10, 21, 2))  # 1K .. 1M
+
+
+def torch_mul(x: torch.Tensor, factor: float, out: torch.Tensor) -> torch.Tensor:
+    return torch.mul(x, factor, out=out)
+
+
+def device_copy(x: torch.Tensor, factor: float, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(x)
+
+
+TORCH_ARM, COPY_ARM = "reference/torch.mul", "reference/copy"
+
+
+def _pair(numel: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.empty(numel, dtype=dtype, device=device).uniform_(-4, 4)
+    return x, torch.empty_like(x)
+
+
+def print_table(op: str, results: list[OpMeasurement], roofline: float, device_name: str) -> None:
+    kind = "CPU numbers" if device_name == "cpu" else device_name
+    print(f"{op} on {kind}; copy roofline {roofline:.0f} GB/s (measured by the harness)")
+    for dtype in dict.fromkeys(m.dtype for m in results):
+        print(f"\n[{dtype}]")
+        print(f"{'numel':>10}  {'row':<22} {'median us':>10} {'p20-p80 us':>17} {'GB/s':>8} {'% copy':>7}")
+        for m in (m for m in results if m.dtype == dtype):
+            b = m.result
+            gbps = f"{b.gbps:>8.1f}" if b.gbps is not None else f"{'-':>8}"
+            frac = f"{100 * b.roofline_fraction:>6.1f}%" if b.roofline_fraction is not None else f"{'-':>7}"
+            print(f"{m.numel:>10}  {m.row:<22} {b.median_us:>10.2f} {b.p20_us:>8.2f}-{b.p80_us:<8.2f} {gbps} {frac}")
+
+
+def write_results(op: str, results: list[OpMeasurement], device: torch.device, roofline: float, out: Path) -> None:
+    meta: dict[str, Any] = {"copy_roofline_gbps": roofline, "torch": torch.__version__,
+                            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if device.type == "cuda":
+        meta.update(cuda=torch.version.cuda, l2_bytes=l2_bytes(device))
+    doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
+    for m in results:
+        key, entry = measurements.make_entry(op, m.row, m.dtype, m.numel, m.result.median_us,
+                                             **stored_figures(m.result))
+        doc["entries"][key] = entry
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out}")
+
+
+def check_harness(device: torch.device, repeats: int) -> None:
+    """Cold-L2 sanity (never above the copy roofline below L2) and run-to-run spread."""
+    roofline = copy_roofline(device)
+    l2 = l2_bytes(device)
+    print(f"harness check on {platform.device_label(device)}: copy roofline {roofline:.0f} GB/s, L2 {l2 / 2**20:.0f} MiB")
+    if device.type != "cuda":
+        print("\n1. cold-L2 check: skipped, the CPU path does not rotate buffers (GPU only)")
+    else:
+        print("\n1. below L2 (input + output < L2): cold vs warm L2, bf16")
+        print(f"{'numel':>10} {'set MiB':>8}  {'arm':<20} {'cold GB/s':>10} {'cold %':>7} {'warm GB/s':>10} {'warm %':>7}"
+              "  verdict")
+        worst = 0.0
+        for numel in (1 << 18, 1 << 20, 1 << 22, (l2 // 4) // 2):
+            x, out = _pair(numel, torch.bfloat16, device)
+            for name, fn in ((TORCH_ARM, torch_mul), (COPY_ARM, device_copy)):
+                cold = bench(fn, x, 1.7, out, bytes_moved=2 * x.nbytes, repeats=repeats)
+                warm = bench(fn, x, 1.7, out, bytes_moved=2 * x.nbytes, repeats=repeats, cold_l2=False)
+                worst = max(worst, cold.roofline_fraction)
+                verdict = "ok" if cold.roofline_fraction <= 1.0 else "ABOVE ROOFLINE"
+                print(f"{numel:>10} {4 * numel / 2**20:>8.1f}  {name:<20} {cold.gbps:>10.1f}"
+                      f" {100 * cold.roofline_fraction:>6.1f}% {warm.gbps:>10.1f} {100 * warm.roofline_fraction:>6.1f}%"
+                      f"  {verdict}")
+        print(f"highest cold-L2 figure below L2: {100 * worst:.1f}% of the copy roofline")
+    print("\n2. run-to-run spread of the median over 5 runs")
+    sizes = (1 << 20, 1 << 26) if device.type == "cuda" else (1 << 16, 1 << 20)
+    for numel in sizes:
+        x, out = _pair(numel, torch.bfloat16, device)
+        medians = [bench(torch_mul, x, 1.7, out, bytes_moved=2 * x.nbytes, repeats=repeats).median_us
+                   for _ in range(5)]
+        mid = sorted(medians)[2]
+        spread = (max(medians) - min(medians)) / mid
+        print(f"  torch.mul bf16 numel={numel}: medians {', '.join(f'{m:.2f}' for m in medians)} us; "
+              f"spread (max-min)/median = {100 * spread:.1f}%")
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("op", nargs="?", help="the op to benchmark, e.g. scale")
+    parser.add_argument("--sizes", type=int, nargs="+", help="element counts (default 1K..256M on GPU, 1K..1M on CPU)")
+    parser.add_argument("--dtypes", nargs="+", help="default: the rows' bf16/fp16/fp32")
+    parser.add_argument("--rows", nargs="+", help="default: every row that can run here")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--graph", action="store_true", help="time through CUDA graphs (no launch overhead)")
+    parser.add_argument("--no-record", action="store_true", help="do not record the medians (this session, local store)")
+    parser.add_argument("--out", type=Path, help="write the figures as a results file (for benchmarks/results/)")
+    parser.add_argument("--check-harness", action="store_true", help="cold-L2 and run-to-run spread checks only")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.check_harness:
+        check_harness(device, args.repeats)
+        return 0
+    if not args.op:
+        parser.error("give an OP (or --check-harness)")
+    sizes = args.sizes or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
+    if any(n < 1 for n in sizes):
+        parser.error("sizes must be >= 1 element")
+    start = time.perf_counter()
+    for row, why in eligible_rows(args.op, (args.dtypes or ["fp32"])[0], device, sizes[0]).items():
+        if why is not None:
+            print(f"skipped {row}: {why}")
+    results = bench_op(args.op, sizes, dtypes=args.dtypes, rows=args.rows, record=not args.no_record, device=device,
+                       graph=args.graph, repeats=args.repeats)
+    roofline = copy_roofline(device)
+    print_table(args.op, results, roofline, platform.device_label(device))
+    if args.out:
+        write_results(args.op, results, device, roofline, args.out)
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Measured latencies that rank rows: where they come from, and the one path that invalidates dispatch.
+
+Three sources, each named in ``explain``:
+
+- **committed**: ``benchmarks/results/*.json`` of the project, for this GPU kind.
+  Dispatch ranks by these by default, so every machine of one GPU kind picks
+  the same row whatever its user benchmarked.
+- **session**: figures ``bench_op(..., record=True)`` measured in this process.
+  Measuring in a session is asking to rank by what was measured.
+- **local**: the per-user store under the cache directory, where recorded
+  figures persist. Ranked by only when opted in: ``RAPID_LLM_LOCAL_MEASUREMENTS=1``
+  or :func:`use_local`.
+
+Keys are (op, row, dtype, size bucket), the bucket being
+:func:`rapid_llm.kernels.platform.size_bucket`. Any change calls the listeners
+registered with :func:`on_change` (dispatch clears its cache there).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rapid_llm.kernels import platform
+
+__all__ = [
+    "Figure", "lookup", "record", "record_meta", "make_entry", "meta", "entries", "load", "load_file",
+    "export", "merge_file", "clear", "committed_results", "results_dir", "results_path", "use_local",
+    "uses_local", "on_change", "NEAREST_BUCKETS",
+]
+
+#: How many power-of-two buckets away a measurement may be and still rank a row.
+NEAREST_BUCKETS = 1
+
+_lock = threading.RLock()
+_loaded: dict[Path, tuple[float, dict[str, Any]]] = {}
+#: (local store folder, device label) -> key -> entry; keyed by folder so a new cache dir starts clean.
+_session: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+_listeners: list[Callable[[], None]] = []
+_use_local: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A median latency and where it came from (what explain prints beside it)."""
+
+    median_us: float
+    source: str  # "committed <file>", "this session", "local store <file>"
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever a figure is recorded, cleared or the policy changes."""
+    _listeners.append(listener)
+
+
+def _changed() -> None:
+    for listener in list(_listeners):
+        listener()
+
+
+def use_local(enabled: bool | None = True) -> None:
+    """Rank by the local store too (None: back to the environment's choice)."""
+    global _use_local
+    _use_local = enabled
+    _changed()
+
+
+def uses_local() -> bool:
+    if _use_local is not None:
+        return _use_local
+    return os.environ.get("RAPID_LLM_LOCAL_MEASUREMENTS", "").lower() in ("1", "true", "yes", "on")
+
+
+# ------------------------------------------------------------------ files
+
+
+def results_dir() -> Path:
+    return platform.cache_dir("results")
+
+
+def results_path(device_name: str) -> Path:
+    return results_dir() / f"{platform.slug(device_name)}.json"
+
+
+def _key(op: str, row: str, dtype: str, bucket: int) -> str:
+    return f"{op}|{row}|{dtype}|{bucket}"
+
+
+def load_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a results document (the store's own files, or a committed copy)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("entries"), dict):
+            raise ValueError("no 'entries' table")
+        if not isinstance(doc.get("device"), str):
+            raise ValueError("no 'device' name")
+    except (ValueError, OSError) as exc:
+        raise RuntimeError(f"benchmark results file {path} is unreadable ({exc}); delete it to start over") from exc
+    return doc
+
+
+def _cached_file(path: Path) -> dict[str, Any] | None:
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    with _lock:
+        cached = _loaded.get(path)
+        if cached and cached[0] == mtime:
+            return cached[1]
+        doc = load_file(path)
+        _loaded[path] = (mtime, doc)
+        return doc
+
+
+def load(device_name: str) -> dict[str, Any]:
+    """The local store's document for a device (empty when nothing was recorded there)."""
+    return _cached_file(results_path(device_name)) or {"device": device_name, "entries": {}}
+
+
+def committed_results(start: str | os.PathLike | None = None) -> list[Path]:
+    """Results files committed under ``benchmarks/results/`` of the project.
+
+    The project root is found from ``start`` (default: the working directory),
+    then from the package's own location, so a notebook opened anywhere inside
+    a checkout finds them.
+    """
+    for origin in (start, None, platform.PACKAGE_DIR):
+        root = platform.project_root(origin)
+        if root is not None and (root / "benchmarks" / "results").is_dir():
+            return sorted((root / "benchmarks" / "results").glob("*.json"))
+    return []
+
+
+def _committed_for(device_name: str) -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for path in committed_results():
+        doc = _cached_file(path)
+        if doc is not None and doc.get("device") == device_name:
+            out.append((path, doc))
+    return out
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    with _lock:
+        _loaded.pop(path, None)
+    _changed()
+
+
+# ------------------------------------------------------------------ writing
+
+
+def make_entry(op: str, row: str, dtype: str, numel: int, median_us: float, **figures: Any) -> tuple[str, dict]:
+    """The key and stored form of one measurement."""
+    if not median_us > 0:
+        raise ValueError(f"{op}/{row}: median latency must be positive, got {median_us!r}")
+    bucket = platform.size_bucket(numel)
+    return _key(op, row, dtype, bucket), {
+        "op": op, "row": row, "dtype": dtype, "bucket": bucket, "numel": int(numel),
+        "median_us": float(median_us), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **figures,
+    }
+
+
+def record(op: str, row: str, device_name: str, dtype: str, numel: int, median_us: float,
+           **figures: Any) -> None:
+    """Keep one measurement for this session (it ranks rows now) and in the local store (it persists)."""
+    key, entry = make_entry(op, row, dtype, numel, median_us, **figures)
+    with _lock:
+        _session.setdefault((str(results_dir()), device_name), {})[key] = entry
+    doc = dict(load(device_name))
+    doc["device"] = device_name
+    doc["entries"] = {**doc.get("entries", {}), key: entry}
+    _write(results_path(device_name), doc)
+
+
+def record_meta(device_name: str, **fields: Any) -> None:
+    """Store facts about the device's measurements (copy roofline, versions, date) beside them."""
+    doc = dict(load(device_name))
+    doc["device"] = device_name
+    doc.setdefault("entries", {})
+    doc["meta"] = {**doc.get("meta", {}), **fields}
+    _write(results_path(device_name), doc)
+
+
+def meta(device_name: str) -> dict[str, Any]:
+    """The facts recorded with :func:`record_meta` (empty when none)."""
+    return dict(load(device_name).get("meta", {}))
+
+
+def clear(device_name: str) -> None:
+    """Forget a device's local and session measurements (committed files stay)."""
+    path = results_path(device_name)
+    path.unlink(missing_ok=True)
+    with _lock:
+        _loaded.pop(path, None)
+        _session.pop((str(results_dir()), device_name), None)
+    _changed()
+
+
+def merge_file(path: str | os.PathLike) -> str:
+    """Merge a results file into the local store; returns its device."""
+    doc = load_file(path)
+    device_name = doc["device"]
+    mine = dict(load(device_name))
+    merged = dict(mine.get("entries", {}))
+    merged.update(doc["entries"])
+    mine.update(device=device_name, entries=merged, meta={**mine.get("meta", {}), **doc.get("meta", {})})
+    _write(results_path(device_name), mine)
+    return device_name
+
+
+def export(device_name: str, path: str | os.PathLike, op: str | None = None) -> Path:
+    """Write a device's local measurements (optionally one op's) to ``path``, in the store's format."""
+    doc = load(device_name)
+    chosen = {k: e for k, e in doc["entries"].items() if op is None or e["op"] == op}
+    out = {"device": device_name, "entries": chosen, "meta": doc.get("meta", {})}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _sources(device_name: str) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """(source name, entries) in the order they are consulted."""
+    out: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    with _lock:
+        session = dict(_session.get((str(results_dir()), device_name), {}))
+    if session:
+        out.append(("this session", session))
+    if uses_local():
+        path = results_path(device_name)
+        local = load(device_name)["entries"]
+        if local:
+            out.append((f"local store {path}", local))
+    for path, doc in _committed_for(device_name):
+        out.append((f"committed {path.name}", doc["entries"]))
+    return out
+
+
+def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figure | None:
+    """The median latency of ``row`` at the nearest measured bucket and its source, or None."""
+    for source, table in _sources(device_name):
+        for distance in range(NEAREST_BUCKETS + 1):
+            for b in sorted({bucket - distance, bucket + distance}):
+                hit = table.get(_key(op, row, dtype, b))
+                if hit is not None:
+                    return Figure(float(hit["median_us"]), source)
+    return None
+
+
+def entries(device_name: str, op: str | None = None) -> list[dict[str, Any]]:
+    """Every locally stored measurement for a device (optionally one op), sorted for plotting."""
+    out = [e for e in load(device_name)["entries"].values() if op is None or e["op"] == op]
+    return sorted(out, key=lambda e: (e["op"], e["row"], e["dtype"], e["numel"]))

@@ -1,0 +1,110 @@
+"""An op's one declaration: its rows, its float64 reference, its benchmark case.
+
+A group package declares each of its ops once, in its ``__init__.py``::
+
+    declare_op(
+        "scale",
+        rows=[KernelSpec(name="native/scale", ...), KernelSpec(name="triton/scale", ...)],
+        reference=Reference(make_inputs=..., oracle=..., call=..., edge_cases=...),
+        bench=scale_case,            # (numel, dtype, device) -> CaseArgs
+    )
+
+``verify`` checks rows against the reference, ``bench_op`` times them on the
+bench case, tests are parametrized over the registry, and the op is reachable
+as ``rapid_llm.kernels.<name>``: nothing outside the group names the op. A
+``.cu`` row of the op declares itself in its own file (see jit_row), and a
+notebook declares a brand-new op with the same call, its native row given as
+a plain function.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.spec import KernelSpec, RegistryError
+
+__all__ = ["CaseArgs", "Reference", "OpDecl", "declare_op", "get_decl"]
+
+
+@dataclass
+class CaseArgs:
+    """Positional and keyword arguments for one timed call, and the work it does."""
+
+    args: tuple
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    bytes_moved: int | None = None
+    flops: int | None = None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """How to check an op: inputs, the exact answer, and how to call a row.
+
+    ``make_inputs(shape, dtype, device, generator)`` returns positional args;
+    ``oracle(*args)`` returns the exact result in float64; ``call(fn, *args)``
+    returns the tensor to compare (default ``fn(*args)``; ops with ``out=``
+    pass a NaN-filled buffer and return it); ``edge_cases(dtype, device,
+    generator)`` returns ``[(label, args), ...]``. The tolerance rule and its
+    ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.golden.
+    """
+
+    make_inputs: Callable[..., tuple]
+    oracle: Callable[..., Any]
+    call: Callable[..., Any] | None = None
+    edge_cases: Callable[..., list[tuple[str, tuple]]] | None = None
+    ulps: float = 2.0
+    baseline_factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("make_inputs", "oracle", "call", "edge_cases"):
+            fn = getattr(self, name)
+            if fn is not None and not callable(fn):
+                raise RegistryError(f"Reference.{name} must be callable, got {type(fn).__name__}")
+        if not self.ulps > 0 or not self.baseline_factor >= 1:
+            raise RegistryError("Reference: need ulps > 0 and baseline_factor >= 1")
+
+
+@dataclass(frozen=True)
+class OpDecl:
+    """What the registry knows about an op besides its rows."""
+
+    name: str
+    reference: Reference
+    bench: Callable[[int, Any, Any], CaseArgs]
+    doc: str = ""
+
+
+def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
+               rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
+               dtypes: Sequence[str] = ("bf16", "fp16", "fp32", "fp64"), devices: Sequence[str] = ("cpu", "cuda"),
+               doc: str = "", replace: bool = False) -> OpDecl:
+    """Declare op ``name``: register its rows and keep its reference and bench case.
+
+    ``native`` is a shortcut for a notebook: a plain-torch function that
+    becomes the row ``native/<name>`` over ``dtypes`` and ``devices``.
+    ``replace=True`` lets a re-run notebook cell declare the op again.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise RegistryError(f"declare_op: the op name must be an identifier, got {name!r}")
+    if not isinstance(reference, Reference):
+        raise RegistryError(f"declare_op({name!r}): reference must be a rapid_llm.kernels.Reference")
+    if not callable(bench):
+        raise RegistryError(f"declare_op({name!r}): bench must be callable (numel, dtype, device) -> CaseArgs")
+    all_rows = list(rows)
+    if native is not None:
+        all_rows.append(KernelSpec(name=f"native/{name}", op=name, backend="native", target=native,
+                                   dtypes=tuple(dtypes), devices=tuple(devices), priority=0,
+                                   description=(native.__doc__ or "").strip().splitlines()[0] if native.__doc__ else ""))
+    for row in all_rows:
+        if row.op != name:
+            raise RegistryError(f"declare_op({name!r}): row {row.name!r} belongs to op {row.op!r}")
+    decl = OpDecl(name, reference, bench, doc)
+    _spec.declare(decl, replace=replace)
+    for row in all_rows:
+        _spec.register(row, replace=replace)
+    return decl
+
+
+def get_decl(op: str) -> OpDecl:
+    return _spec.get_decl(op)

@@ -1,0 +1,61 @@
+"""scale's float64 reference (inputs, oracle, edge cases) and its benchmark case.
+
+The sizes catch the usual kernel bugs (a single element, one past a block
+multiple, a large size); the edge cases catch the rest (an unaligned start,
+2-D input, zeros, infinities, NaN, the dtype's extremes, subnormals).
+"""
+from __future__ import annotations
+
+import torch
+
+from rapid_llm.kernels.opdecl import CaseArgs, Reference
+
+#: Not a power of two: a power of two only shifts the exponent, so rounding bugs would hide.
+FACTOR = 1.7
+
+
+def _randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    return (torch.randn(shape, generator=gen, dtype=torch.float32) * 4).to(dtype=dtype, device=device)
+
+
+def _specials(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    info = torch.finfo(dtype)
+    values = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), info.max, -info.max,
+              info.tiny, -info.tiny, info.tiny * info.eps, info.eps, 1.0 + info.eps, 65504.0]
+    return torch.tensor(values, dtype=torch.float64).to(dtype=dtype, device=device)
+
+
+def make_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> tuple:
+    return (_randn(shape, dtype, device, gen), FACTOR)
+
+
+def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[tuple[str, tuple]]:
+    base = _randn((4097 + 1,), dtype, device, gen)
+    return [
+        ("2-D (3, 4097)", (_randn((3, 4097), dtype, device, gen), FACTOR)),
+        ("unaligned start (storage offset 1)", (base[1:], FACTOR)),
+        ("special values", (_specials(dtype, device), FACTOR)),
+        ("negative factor -0.3", (_randn((4097,), dtype, device, gen), -0.3)),
+        ("factor 0", (_randn((257,), dtype, device, gen), 0.0)),
+    ]
+
+
+def oracle(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """out = x * factor, exactly (in float64)."""
+    return x.to(torch.float64) * float(factor)
+
+
+def call(fn, x: torch.Tensor, factor: float) -> torch.Tensor:
+    """Call through ``out=`` pre-filled with NaN: an element the row never writes cannot pass."""
+    out = torch.full_like(x, float("nan"))
+    fn(x, factor, out=out)
+    return out
+
+
+def bench_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs:
+    x = torch.empty(numel, dtype=dtype, device=device).uniform_(-4, 4)
+    out = torch.empty_like(x)
+    return CaseArgs((x, FACTOR), {"out": out}, bytes_moved=2 * numel * x.element_size())
+
+
+REFERENCE = Reference(make_inputs=make_inputs, oracle=oracle, call=call, edge_cases=edge_cases)

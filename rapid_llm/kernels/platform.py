@@ -1,0 +1,128 @@
+"""The one owner of facts several layers share: dtype names, device labels, size classes, paths.
+
+Each fact is defined here once and imported everywhere else. If the label
+that writes a measurement and the label that reads it ever differed,
+measured dispatch would silently stop working; one definition prevents that.
+Nothing here touches CUDA at import time; torch is imported where needed.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DTYPE_NAMES", "dtype_name", "torch_dtype", "device_label", "size_bucket", "sm_version",
+    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug",
+]
+
+#: Short dtype names used in rows, mapped to torch attribute names (strings: no torch import here).
+DTYPE_NAMES = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "fp8e4m3": "float8_e4m3fn",
+    "fp8e5m2": "float8_e5m2",
+    "int8": "int8",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+}
+
+#: The installed package, and the CUDA sources it ships.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+CSRC = PACKAGE_DIR / "kernels" / "csrc"
+
+
+@functools.cache
+def _torch_to_name() -> dict[Any, str]:
+    import torch
+
+    return {getattr(torch, attr): short for short, attr in DTYPE_NAMES.items() if hasattr(torch, attr)}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` (or ``"bfloat16"``, or ``"bf16"``) -> ``"bf16"``; ValueError for others."""
+    if isinstance(dtype, str):
+        if dtype in DTYPE_NAMES:
+            return dtype
+        import torch
+
+        dtype = getattr(torch, dtype, dtype)
+    try:
+        return _torch_to_name()[dtype]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype {dtype} has no short name in rapid_llm (known: {', '.join(DTYPE_NAMES)})") from None
+
+
+def torch_dtype(short: str) -> Any:
+    """``"bf16"`` -> ``torch.bfloat16``."""
+    import torch
+
+    if short not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {short!r}; expected one of {', '.join(DTYPE_NAMES)}")
+    return getattr(torch, DTYPE_NAMES[short])
+
+
+@functools.lru_cache(maxsize=None)
+def device_label(device: Any) -> str:
+    """The name measurements are stored and looked up under: the GPU's name, or "cpu"."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device.type
+    if not torch.cuda.is_available():
+        return "cuda (no device visible)"
+    return torch.cuda.get_device_name(device)
+
+
+def size_bucket(numel: int) -> int:
+    """The power-of-two size class (``numel.bit_length()``) that dispatch caches and measurements key by."""
+    return int(numel).bit_length()
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(index)
+
+
+def sm_version(device: Any = None) -> int:
+    """The SM number of a CUDA device (90 on H100/H200); 0 when there is no CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    device = torch.device("cuda") if device is None else torch.device(device)
+    if device.type != "cuda":
+        return 0
+    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    return major * 10 + minor
+
+
+def cache_dir(kind: str) -> Path:
+    """``$RAPID_LLM_CACHE_DIR/<kind>``, else ``$XDG_CACHE_HOME/rapid_llm/<kind>`` (made on first write)."""
+    root = os.environ.get("RAPID_LLM_CACHE_DIR")
+    if root:
+        return Path(root) / kind
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "rapid_llm" / kind
+
+
+def project_root(start: Any = None) -> Path | None:
+    """The nearest folder at or above ``start`` (default: cwd) holding a pyproject.toml."""
+    here = Path(start if start is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a device label: "NVIDIA H200" -> "nvidia_h200"."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "unknown"
