@@ -244,6 +244,9 @@ _listeners: list[Callable[[], None]] = []
 
 #: The package whose sub-packages are op groups.
 OPS_PACKAGE = "rapid_llm.kernels.ops"
+#: Run after the groups are imported, as lazy references like any row target: rows found elsewhere
+#: (the .cu files under kernels/csrc that declare a row).
+DISCOVERERS = ("rapid_llm.kernels.jit_row:register_cu_rows",)
 
 
 #: What importing the op groups declared and registered, replayed into every later registry
@@ -275,9 +278,8 @@ def _discover() -> None:
             else:
                 for kind, item in _shipped:
                     declare(item) if kind == "decl" else register(item)
-            from rapid_llm.kernels.jit_row import register_cu_rows
-
-            register_cu_rows()
+            for ref in DISCOVERERS:
+                resolve_ref(ref)()
         except BaseException:
             _state.discovered = False
             raise

@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from rapid_llm.kernels import measurements
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch import Explanation, dtype_name, explain
-from rapid_llm.notebook.render import explanation_html, golden_html
+from rapid_llm.notebook.tables import explanation_html, golden_html
 from rapid_llm.kernels.golden import GoldenReport, verify
 from rapid_llm.kernels.spec import rows_for
 

@@ -205,7 +205,7 @@ def test_explain_text_and_html(op):
     lines = text.splitlines()
     assert lines[1].split()[:3] == ["row", "backend", "verdict"]
     assert any(line.startswith(f"jit/{op.name}") and "filtered" in line and "nvcc not found" in line for line in lines)
-    from rapid_llm.notebook.render import explanation_html
+    from rapid_llm.notebook.tables import explanation_html
 
     html = explanation_html(e)
     assert "<table>" in html and "nvcc not found" in html and "#d4f4dd" in html

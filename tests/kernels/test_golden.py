@@ -10,7 +10,7 @@ from rapid_llm.kernels import spec
 from rapid_llm.kernels.dispatch import explain
 from rapid_llm.kernels.golden import GoldenError, verify
 from rapid_llm.kernels.opdecl import Reference, declare_op
-from rapid_llm.notebook.render import golden_html
+from rapid_llm.notebook.tables import golden_html
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 from rapid_llm.kernels.triton_support import interpreting
 

@@ -1,0 +1,52 @@
+"""HTML tables for the core's plain objects: an Explanation, a GoldenReport.
+
+Used by the renderers the extension attaches (render) and by the widgets.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+__all__ = ["explanation_html", "golden_html", "VERDICT_COLOURS"]
+
+VERDICT_COLOURS = {"chosen": "#d4f4dd", "outranked": "#fff3c4", "filtered": "#f6d5d5"}
+
+
+def _table(header: str, head: tuple[str, ...], rows: list[tuple[tuple[str, ...], str]], footer: str = "") -> str:
+    ths = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        f"<tr style='background:{colour}'>"
+        + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in cells) + "</tr>"
+        for cells, colour in rows
+    )
+    foot = f"<div style='font-size:90%'>{html.escape(footer)}</div>" if footer else ""
+    return (f"<div><b>{html.escape(header)}</b><table><thead><tr>{ths}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{foot}</div>")
+
+
+def explanation_html(ex: Any) -> str:
+    """An Explanation as a coloured table: every row, its verdict, why, and where its figure came from."""
+    rows = [((r.name, r.backend, r.verdict, r.priority, r.measured_text, r.reason), VERDICT_COLOURS[r.verdict])
+            for r in ex.rows]
+    sources = sorted({r.source for r in ex.rows if r.source})
+    footer = ("measured figures from: " + "; ".join(sources)) if sources else ""
+    return _table(ex._header(), ("row", "backend", "verdict", "priority", "measured", "why"), rows, footer)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def golden_html(report: Any) -> str:
+    """A GoldenReport's per-dtype table."""
+    rows = []
+    for r in report.results:
+        w = r.worst_element
+        worst = r.error or ("-" if w is None else
+                            f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
+        cells = (r.dtype, "pass" if r.passed else "FAIL", f"{r.max_abs_diff:.3g}", f"{r.max_rel_diff:.3g}",
+                 _fmt(r.max_abs_diff_vs_baseline), _fmt(r.baseline_max_abs_diff), f"{r.n_bad} / {r.n_elements}",
+                 worst)
+        rows.append((cells, "#d4f4dd" if r.passed else "#f6d5d5"))
+    head = ("dtype", "verdict", "max abs", "max rel", "vs baseline", "baseline err", "bad / elements", "worst element")
+    return _table(report._header(), head, rows)

@@ -1,0 +1,134 @@
+"""promote(), declaring an op from a notebook, and verification that survives a restart: for real, on CPU.
+
+The JIT row here is a fast-path module whose launcher also runs on CPU
+tensors (a host loop), so it can be built, verified and shipped without a GPU.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import rapid_llm.kernels as K
+from rapid_llm.kernels import jit, jit_row, spec
+from rapid_llm.kernels.golden import verify
+from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
+from rapid_llm.kernels.promote import PromoteError, promote
+from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
+                                reason="the fast path needs g++ and the CUDA toolkit's headers (nvcc)")
+
+CELL = r"""
+#include "common/rapid_llm.cuh"
+#if RL_HOST
+void twice(rl::Tensor out, rl::Tensor input, double factor) {
+  rl::check_same("twice", out, input);
+  rl::dispatch<float, double>(input, "twice", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = input.data<T>();
+    T* o = out.data<T>();
+    for (int64_t i = 0; i < input.numel(); ++i) o[i] = static_cast<T>(in[i] * factor * FACTOR2);
+  });
+}
+RL_EXPORT(twice)
+#endif
+"""
+
+
+def _native(x, factor, out=None):
+    """x * factor * 2 in plain torch."""
+    out = torch.empty_like(x) if out is None else out
+    return torch.mul(x, 2 * factor, out=out)
+
+
+def _call(fn, x, factor):
+    out = torch.full_like(x, float("nan"))
+    fn(x, factor, out=out)
+    return out
+
+
+REFERENCE = Reference(
+    make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype=dtype, device=device), 1.5),
+    oracle=lambda x, factor: x.double() * factor * 2, call=_call)
+
+
+def _bench(numel, dtype, device):
+    x = torch.randn(numel, device=device).to(dtype)
+    return CaseArgs((x, 1.5), {"out": torch.empty_like(x)}, bytes_moved=2 * x.nbytes)
+
+
+@pytest.fixture
+def cell_row(tmp_path):
+    """op 'twice' declared from a 'notebook' (its native function), and a verified-able JIT cell row."""
+    declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, dtypes=("fp32", "fp64"),
+               devices=("cpu",))
+
+    def make(wrong: str = "2.0", name: str = "twice_cell") -> str:
+        src = tmp_path / "csrc" / "demo" / f"{name}.cu"
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text(CELL.replace("FACTOR2", wrong))
+        module = jit.build_jit(name, src, builder="fast").module
+        target = jit_row.JitRow(src, "twice", launcher=module.twice, digest=jit_row.source_digest(src.read_text()))
+        spec.register(KernelSpec(name=f"jit/{name}", op="twice", backend="jit", target=target, dtypes=("fp32", "fp64"),
+                                 devices=("cpu",), golden=GoldenRecord(baseline="native/twice")), replace=True)
+        return f"jit/{name}"
+
+    return make
+
+
+def test_an_op_declared_from_a_notebook_is_reachable_and_checkable(cell_row):
+    x = torch.arange(4.0)
+    assert K.twice(x, 1.5).tolist() == [0.0, 3.0, 6.0, 9.0]  # K.<op> exists once declared
+    assert verify("native/twice").passed
+    from rapid_llm.bench import bench_op
+
+    assert {m.row for m in bench_op("twice", [256], dtypes=["fp32"], record=False, warmup=1, repeats=2)} == {
+        "native/twice"}
+
+
+def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_path):
+    row = cell_row()
+    with pytest.raises(PromoteError, match="golden-unverified; run verify"):
+        promote(row, csrc=tmp_path / "shipped")
+    assert verify(row).passed
+    done = promote(row, name="twice", csrc=tmp_path / "shipped")
+    assert done.row == "jit/twice" and done.path == tmp_path / "shipped" / "demo" / "twice.cu"
+    assert "tests/kernels/test_rows.py" in str(done)
+    text = done.path.read_text()
+    assert text.startswith(jit_row.HEADER_PREFIX) and text.count("RL_EXPORT(twice)") == 1
+    shipped = spec.get_row("jit/twice")
+    assert shipped.golden.verified and shipped.golden.baseline == "native/twice"
+    # A fresh registry finds the row in the file alone, with its golden record.
+    with spec.isolated():
+        declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, devices=("cpu",))
+        (found,) = jit_row.register_cu_rows(tmp_path / "shipped")
+        assert found.name == "jit/twice" and found.golden == shipped.golden and found.target.fn == "twice"
+    with pytest.raises(PromoteError, match="already exists; pass replace=True"):
+        promote(row, name="twice", csrc=tmp_path / "shipped")
+    assert promote(row, name="twice", csrc=tmp_path / "shipped", replace=True).replaced
+
+
+def test_promote_refuses_what_cannot_ship(cell_row, tmp_path):
+    with pytest.raises(PromoteError, match="only a JIT row built from a .cu source can ship"):
+        promote("native/twice", csrc=tmp_path)
+    row = cell_row(wrong="3.0")  # a wrong kernel: verify fails, so it never becomes shippable
+    assert not verify(row).passed
+    with pytest.raises(PromoteError, match="golden-unverified"):
+        promote(row, csrc=tmp_path)
+    row = cell_row()
+    assert verify(row).passed
+    src = spec.get_row(row).target.source
+    src.write_text(src.read_text() + "// edited after verification\n")
+    with pytest.raises(PromoteError, match="changed since it was built and verified"):
+        promote(row, csrc=tmp_path)
+
+
+def test_a_passing_verification_is_remembered_by_source_digest(cell_row):
+    row = cell_row()
+    digest = spec.get_row(row).target.digest
+    report = verify(row)
+    recalled = jit_row.recall_verification(digest)
+    assert recalled is not None and recalled.verified and recalled.max_abs_diff == report.record.max_abs_diff
+    assert jit_row.recall_verification("0" * 64) is None
