@@ -303,6 +303,8 @@ def _why_chosen(row: KernelSpec, measured: float | None, n: int) -> str:
         return "the native floor: no other row survives the filters" if row.is_native else "the only surviving row"
     if measured is not None:
         return f"fastest measured ({measured:.2f} us)"
+    if row.priority is None:
+        return f"unmeasured, no static priority: backend {row.backend} preferred"
     return f"highest priority among unmeasured rows ({_priority_text(row)}, backend {row.backend})"
 
 

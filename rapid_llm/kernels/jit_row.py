@@ -44,10 +44,11 @@ class JitRow:
     """
 
     def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
-                 digest: str | None = None) -> None:
+                 digest: str | None = None, not_built: str | None = None) -> None:
         self.source = Path(source)
         self.fn = fn
         self.digest = digest
+        self.not_built = not_built  # why this machine did not build it (a %%cuda_jit cell without CUDA)
         self._launcher = launcher
         #: the source's digest when its launcher was built here (promote checks the file is still that code)
         self.built_digest = source_digest(self.source.read_text()) if launcher is not None else None
@@ -56,6 +57,8 @@ class JitRow:
 
     def launcher(self) -> Callable[..., Any]:
         """The built launcher (building the source on first use)."""
+        if self.not_built is not None:
+            raise RuntimeError(f"{self.source.name} was not built on this machine: {self.not_built}")
         if self._launcher is None:
             from rapid_llm.kernels.jit import load_jit
 
@@ -74,7 +77,8 @@ class JitRow:
         return out
 
     def __repr__(self) -> str:
-        return f"JitRow({str(self.source)!r}, {self.fn!r})"
+        shown = self.source.relative_to(platform.CSRC) if self.source.is_relative_to(platform.CSRC) else self.source.name
+        return f"JitRow({str(shown)!r}, {self.fn!r})"
 
 
 def read_header(text: str, where: str = "source") -> dict[str, Any] | None:

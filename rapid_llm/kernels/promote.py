@@ -76,8 +76,10 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     if not spec.golden.verified:
         raise PromoteError(f"promote({row!r}): the row is golden-unverified; run verify({row!r}) until it passes "
                            "(only verified rows ship)")
+    if target.built_digest is None:
+        raise PromoteError(f"promote({row!r}): the row was never built in this process; run its cell first")
     text = target.source.read_text()
-    if target.built_digest is not None and source_digest(text) != target.built_digest:
+    if source_digest(text) != target.built_digest:
         raise PromoteError(f"promote({row!r}): {target.source} changed since it was built and verified; "
                            "re-run its cell and verify it again")
     bad = next((i for i, line in enumerate(text.splitlines(), 1) if not line.isascii()), None)

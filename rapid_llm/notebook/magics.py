@@ -141,18 +141,21 @@ class CudaJitMagics(Magics):
 
         availability = jit.available()
         if not availability:
-            self._without_build(args, name, shown, digest, dtypes, availability.reason)
+            self._without_build(args, name, path, shown, digest, dtypes, availability.reason)
             return
         status = StatusLine(live=getattr(self.shell, "kernel", None) is not None)
         result = self._build(args, name, path, shown, flags, builder, status)
         self._expose(args, name, shown, digest, dtypes, result, status)
 
-    def _without_build(self, args: Any, name: str, shown: str, digest: str, dtypes: tuple[str, ...],
+    def _without_build(self, args: Any, name: str, path: Path, shown: str, digest: str, dtypes: tuple[str, ...],
                        reason: str) -> None:
         line = f"saved {shown}; not built: {reason}"
         if args.op is not None:
             row = cell_rows.row_name(name)
-            target, probe = cell_rows.not_built(row, reason)
+            from rapid_llm.kernels.jit_row import JitRow
+
+            _, probe = cell_rows.not_built(row, reason)
+            target = JitRow(path, args.fn or name, not_built=reason)
             cell_rows.register_cell_row(
                 name, args.op, target=target, available=probe, dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,

@@ -82,7 +82,7 @@ def test_without_a_toolchain_the_row_is_registered_unavailable_with_the_reason(s
     assert row.graph_safe is True and row.priority is None
     probe = row.probe("cuda")
     assert not probe and NO_GPU in probe.reason
-    with pytest.raises(RuntimeError, match=re.escape(f"jit/scale_vec was not built on this machine: {NO_GPU}")):
+    with pytest.raises(RuntimeError, match=re.escape(f"scale_vec.cu was not built on this machine: {NO_GPU}")):
         row.load()(torch.ones(2), 2.0)
     verdict = dispatch.explain("scale", dtype="bf16", device="cpu").verdict("jit/scale_vec")
     assert verdict.verdict == "filtered" and NO_GPU in verdict.reason
