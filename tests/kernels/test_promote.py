@@ -84,7 +84,8 @@ def test_an_op_declared_from_a_notebook_is_reachable_and_checkable(cell_row):
     assert verify("native/twice").passed
     from rapid_llm.bench import bench_op
 
-    assert {m.row for m in bench_op("twice", [256], dtypes=["fp32"], record=False, warmup=1, repeats=2)} == {
+    assert {m.row for m in bench_op("twice", [256], dtypes=["fp32"], record=False, warmup=1, repeats=2,
+                                    device="cpu")} == {
         "native/twice"}
 
 
