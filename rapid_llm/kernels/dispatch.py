@@ -187,7 +187,7 @@ class Op:
         self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        key = (x.dtype, x.device, x.numel().bit_length())
+        key = (x.dtype, x.device, x.numel().bit_length())  # platform.size_bucket, inlined: the hot path
         try:
             fn, safe = self._cache[key]
         except KeyError:

@@ -24,11 +24,9 @@ class WorkspaceError(ValueError):
 
 def project_root(start: Path | None = None) -> Path | None:
     """The nearest folder at or above ``start`` (default: cwd) holding a pyproject.toml."""
-    here = Path(start if start is not None else os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder
-    return None
+    from rapid_llm.kernels.platform import project_root as find
+
+    return find(start)
 
 
 def default_csrc(start: Path | None = None) -> Path:
