@@ -54,6 +54,7 @@ class Context:
     device: torch.device
     bucket: int
     capturing: bool = False
+    layout: str = "contiguous"
 
     @property
     def device_name(self) -> str:
@@ -92,6 +93,8 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
         return f"{ctx.dtype} not in dtypes ({', '.join(row.dtypes)})"
     if ctx.device.type not in row.devices:
         return f"{ctx.device.type} not in devices ({', '.join(row.devices)})"
+    if ctx.layout not in row.layouts:
+        return f"takes {' or '.join(row.layouts)} tensors only; this call has a {ctx.layout} view"
     if row.is_native:
         return None
     if not row.golden.verified:
@@ -102,6 +105,11 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
         sm = platform.sm_version(ctx.device)
         if sm < row.min_sm:
             return f"needs sm_{row.min_sm}+, device is sm_{sm}"
+    if row.backend == "triton" and ctx.device.type == "cpu":
+        from rapid_llm.kernels import triton_support
+
+        if not triton_support.serves_interpreter():
+            return triton_support.INTERPRETER_REASON
     return None
 
 
@@ -149,7 +157,15 @@ def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | 
     return [(row, m) for _, row, m in survivors]
 
 
-def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None) -> Context:
+def _layout(tensors: Iterable[Any]) -> str:
+    return "contiguous" if all(t.is_contiguous() for t in tensors if isinstance(t, torch.Tensor)) else "strided"
+
+
+def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None,
+             layout: str | None = None) -> Context:
+    if not _spec.rows_for(op):
+        raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
+    tensors = tuple(tensors)
     first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
     if first is not None:
         dtype = first.dtype if dtype is None else dtype
@@ -157,18 +173,28 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
         numel = first.numel() if numel is None else numel
     if dtype is None:
         raise RegistryError(f"{op}: give an example tensor or dtype= to resolve a row")
+    if layout is None:
+        layout = _layout(tensors)
+    elif layout not in _spec.LAYOUTS:
+        raise RegistryError(f"{op}: layout must be one of {', '.join(_spec.LAYOUTS)}, got {layout!r}")
     dtype_short = dtype_name(dtype)
     device = torch.device(device if device is not None else "cpu")
     if capturing is None:
         capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing))
+    return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing),
+                   layout)
 
 
 def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None) -> KernelSpec:
+            capturing: bool | None = None, layout: str | None = None) -> KernelSpec:
     """The row that a call of ``op`` with these tensors would run."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing)
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
     return _choose(_evaluate(op, ctx), ctx)[0][0]
+
+
+def _out_contiguous(kwargs: dict[str, Any]) -> bool:
+    out = kwargs.get("out")
+    return out is None or not isinstance(out, torch.Tensor) or out.is_contiguous()
 
 
 class Op:
@@ -187,17 +213,21 @@ class Op:
         self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        key = (x.dtype, x.device, x.numel().bit_length())  # platform.size_bucket, inlined: the hot path
-        try:
-            fn, safe = self._cache[key]
-        except KeyError:
-            fn, safe = self._fill(key, x, capturing=False)
+        try:  # platform.size_bucket, inlined: this is the hot path
+            contiguous = x.is_contiguous() and (not kwargs or _out_contiguous(kwargs))
+            key = (x.dtype, x.device, x.numel().bit_length(), contiguous)
+        except AttributeError:
+            raise TypeError(f"{self.name}(): argument 1 must be a torch.Tensor, got {type(x).__name__}") from None
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._fill(key, x, capturing=False)
+        fn, safe = entry
         if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
             fn = self._capture_fn(key, x)
         return fn(x, *args, **kwargs)
 
     def _fill(self, key: tuple, x: torch.Tensor, capturing: bool) -> tuple[Callable[..., Any], bool]:
-        row = resolve(self.name, x, capturing=capturing)
+        row = resolve(self.name, x, capturing=capturing, layout="contiguous" if key[3] else "strided")
         entry = (row.load(), row.graph_safe)
         self._cache[key if not capturing else key + (CAPTURING,)] = entry
         return entry
@@ -252,6 +282,7 @@ class Explanation:
     def _header(self) -> str:
         c = self.context
         cap = ", capturing a CUDA graph" if c.capturing else ""
+        cap += ", strided" if c.layout == "strided" else ""
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
         return f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
 
@@ -275,9 +306,9 @@ class Explanation:
 
 
 def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None) -> Explanation:
-    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing)
+            capturing: bool | None = None, layout: str | None = None) -> Explanation:
+    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
     evaluated = _evaluate(op, ctx)
     ranked = _choose(evaluated, ctx)
     winner, winner_m = ranked[0]

@@ -61,6 +61,8 @@ UNMEASURED = None
 BACKENDS = ("native", "triton", "jit", "aot", "external")
 
 DEVICE_TYPES = ("cpu", "cuda")
+#: Memory layouts a call can bring: every tensor argument dense and row-major, or any strides.
+LAYOUTS = ("contiguous", "strided")
 
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -131,6 +133,10 @@ class KernelSpec:
     ``priority``: a static priority, higher wins, or None (no static priority:
     below every number, so it loses ties). A measured latency for the device,
     dtype and size ranks ahead of any priority (see dispatch).
+
+    ``layouts``: what the row accepts, "contiguous" and/or "strided" (any
+    view). Default: both for the native floor, contiguous only for any other
+    row; dispatch sends a strided call to a row that takes it, else the floor.
     """
 
     name: str
@@ -145,6 +151,7 @@ class KernelSpec:
     graph_safe: bool = True
     min_sm: int | None = None
     description: str = ""
+    layouts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" not in self.name:
@@ -180,6 +187,12 @@ class KernelSpec:
             raise RegistryError(f"row {self.name!r}: priority must be a number or None (no static priority)")
         if not isinstance(self.golden, GoldenRecord):
             raise RegistryError(f"row {self.name!r}: golden must be a GoldenRecord")
+        if self.layouts is None:
+            object.__setattr__(self, "layouts", LAYOUTS if self.backend == "native" else ("contiguous",))
+        object.__setattr__(self, "layouts", tuple(self.layouts))
+        bad_layouts = [x for x in self.layouts if x not in LAYOUTS]
+        if bad_layouts or not self.layouts:
+            raise RegistryError(f"row {self.name!r}: layouts must be among {', '.join(LAYOUTS)}, got {self.layouts!r}")
         if self.min_sm is not None and (not isinstance(self.min_sm, int) or self.min_sm < 10):
             raise RegistryError(f"row {self.name!r}: min_sm is an SM number such as 90, got {self.min_sm!r}")
         if self.backend == "native" and not self.golden.verified:
@@ -314,6 +327,11 @@ def on_change(listener: Callable[[], None]) -> None:
 
 def registry_version() -> int:
     return _version
+
+
+def touch() -> None:
+    """Something dispatch filters on changed outside the registry (a policy): re-resolve."""
+    _changed()
 
 
 def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:

@@ -8,9 +8,39 @@ from typing import Any
 from rapid_llm.kernels.spec import Availability
 
 
+_TRUE = ("1", "true", "yes", "on")
+_serve: bool | None = None
+
+
 def interpreting() -> bool:
     """True when Triton kernels run in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in _TRUE
+
+
+def serve_interpreter(enabled: bool | None = True) -> None:
+    """Let dispatch send calls on CPU tensors to Triton rows run by the interpreter (None: the environment's choice).
+
+    The interpreter exists to check a kernel without a GPU, at a small fraction
+    of torch's speed, so by default dispatch never picks it; ``verify`` and
+    direct calls of a row still run it. Tests and notebooks that demonstrate a
+    Triton row through dispatch on CPU ask for it here or with
+    ``RAPID_LLM_SERVE_INTERPRETER=1``.
+    """
+    global _serve
+    _serve = enabled
+    from rapid_llm.kernels import spec
+
+    spec.touch()  # dispatch re-resolves
+
+
+def serves_interpreter() -> bool:
+    if _serve is not None:
+        return _serve
+    return os.environ.get("RAPID_LLM_SERVE_INTERPRETER", "0").lower() in _TRUE
+
+
+INTERPRETER_REASON = ("Triton's CPU interpreter checks kernels, it does not serve calls "
+                      "(rapid_llm.kernels.triton_support.serve_interpreter() or RAPID_LLM_SERVE_INTERPRETER=1 to use it)")
 
 
 def available(device: Any = None) -> Availability:

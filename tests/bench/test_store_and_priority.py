@@ -12,6 +12,16 @@ from rapid_llm.kernels.dispatch import explain, resolve
 from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 
+@pytest.fixture(autouse=True)
+def serve_interpreter():
+    """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
+    from rapid_llm.kernels import triton_support
+
+    triton_support.serve_interpreter(True)
+    yield
+    triton_support.serve_interpreter(None)
+
+
 
 def _mul(x, factor, out=None):
     out = torch.empty_like(x) if out is None else out

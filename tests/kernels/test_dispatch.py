@@ -8,10 +8,21 @@ import torch
 
 from rapid_llm.kernels import measurements
 from rapid_llm.kernels import dispatch, spec
+from rapid_llm.kernels.dispatch import explain
 from rapid_llm.kernels.spec import Availability, GoldenRecord, KernelSpec, RegistryError
 
 VERIFIED = GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/x")
 _ids = itertools.count()
+
+@pytest.fixture(autouse=True)
+def serve_interpreter():
+    """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
+    from rapid_llm.kernels import triton_support
+
+    triton_support.serve_interpreter(True)
+    yield
+    triton_support.serve_interpreter(None)
+
 
 
 def _impl(tag):
@@ -305,3 +316,49 @@ def test_get_row_finds_shipped_rows_in_a_fresh_process():
     code = "import rapid_llm.kernels as K; print(K.get_row('native/scale').backend, len(K.rows_for('scale')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["native", "3"]
+
+
+def test_the_interpreter_serves_calls_only_when_asked(monkeypatch):
+    """With TRITON_INTERPRET=1 a Triton row can be verified on CPU, but dispatch keeps the floor unless asked."""
+    from rapid_llm.kernels import triton_support
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    triton_support.serve_interpreter(None)
+    monkeypatch.delenv("RAPID_LLM_SERVE_INTERPRETER", raising=False)
+    e = explain("scale", torch.randn(4096))
+    assert e.chosen.name == "native/scale"
+    assert e.verdict("triton/scale").reason == triton_support.INTERPRETER_REASON
+    monkeypatch.setenv("RAPID_LLM_SERVE_INTERPRETER", "1")
+    triton_support.serve_interpreter(None)
+    assert explain("scale", torch.randn(4096)).verdict("triton/scale").verdict != "filtered"
+
+
+@pytest.mark.parametrize("view", [lambda x: x.t(), lambda x: x.reshape(-1)[::2], lambda x: x[:, 1:]])
+def test_strided_inputs_reach_a_row_that_takes_them(view):
+    """Any input the native row takes works through the op; rows that need contiguous tensors step aside."""
+    import rapid_llm.kernels as K
+    from tests.reference import assert_close_to_ref, scale_ref
+
+    x = view(torch.randn(64, 33))
+    assert_close_to_ref(K.scale(x, 1.7), scale_ref(x, 1.7), "strided scale")
+    e = explain("scale", x)
+    assert e.context.layout == "strided" and e.chosen.name == "native/scale"
+    for row in ("triton/scale", "jit/scale"):
+        assert e.verdict(row).verdict == "filtered"
+    out = torch.empty(64, 66)[:, ::2]
+    y = torch.randn(64, 33)
+    K.scale(y, 2.0, out=out)
+    assert_close_to_ref(out, scale_ref(y, 2.0), "into a strided out")
+
+
+def test_errors_at_the_top_level_are_one_clear_line():
+    import rapid_llm.kernels as K
+
+    with pytest.raises(TypeError, match=r"^scale\(\): argument 1 must be a torch.Tensor, got str$"):
+        K.scale("abc", 2)
+    with pytest.raises(RegistryError, match=r"^unknown op 'nonexistent_op'; known ops: .*scale") as info:
+        K.explain("nonexistent_op")
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    with pytest.raises(RegistryError, match=r"op 'scale' has no row for int32 on cpu") as info:
+        K.scale(torch.ones(3, dtype=torch.int32), 2.0)
+    assert info.value.__context__ is None  # no internal KeyError chained under it

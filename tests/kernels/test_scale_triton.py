@@ -11,6 +11,16 @@ from tests.reference import assert_close_to_ref, scale_ref
 
 scale_triton = pytest.importorskip("rapid_llm.kernels.ops.elementwise.scale_triton").scale
 
+@pytest.fixture(autouse=True)
+def serve_interpreter():
+    """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
+    from rapid_llm.kernels import triton_support
+
+    triton_support.serve_interpreter(True)
+    yield
+    triton_support.serve_interpreter(None)
+
+
 
 def test_dispatch_picks_triton_over_native(device):
     x = make_input(4097, torch.bfloat16, device)
