@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rapid_llm.kernels.jit import BuildError
 
-__all__ = ["CellBuildError", "cell_diagnostics"]
+__all__ = ["CellBuildError", "cell_diagnostics", "first_error"]
 
 _NVCC = re.compile(r"^(?P<file>\S.*?)\((?P<line>\d+)\): (?P<rest>(?:catastrophic |fatal )?error\b.*)$")
 _GCC = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+):(?:\d+:)? (?P<rest>(?:fatal )?error:.*)$")
@@ -26,6 +26,7 @@ _NOISE = re.compile(
     r"|In file included from|\s+from |compilation terminated)"
 )
 _AT_LINE = re.compile(r"at line (\d+) of (\S+)")
+_AT_LINE_BARE = re.compile(r"at line (\d+)\b(?! of)")  # nvcc's note when the line is in the same file
 _GCC_ECHO = re.compile(r"^(\s*)(\d+)( \|.*)$")  # gcc's "   12 |   source" under a diagnostic
 
 #: The %%cuda_jit line is line 1 of the cell in the editor; the saved file starts below it.
@@ -61,7 +62,10 @@ def _map_context(line: str, source: Path, in_cell: bool) -> str:
         echo = _GCC_ECHO.match(line)
         if echo:
             return f"{echo[1]}{_cell_line(echo[2])}{echo[3]}"
-    return _AT_LINE.sub(lambda m: f"at cell line {_cell_line(m[1])}" if _is_cell(m[2], source) else m[0], line)
+    line = _AT_LINE.sub(lambda m: f"at cell line {_cell_line(m[1])}" if _is_cell(m[2], source) else m[0], line)
+    if in_cell:
+        line = _AT_LINE_BARE.sub(lambda m: f"at cell line {_cell_line(m[1])}", line)
+    return line
 
 
 def cell_diagnostics(log: str, source: Path) -> tuple[list[str], int]:
@@ -96,3 +100,30 @@ def cell_diagnostics(log: str, source: Path) -> tuple[list[str], int]:
     if len(out) > MAX_LINES:
         out = out[:MAX_LINES] + [f"... ({len(out) - MAX_LINES} more lines; --verbose shows the full log)"]
     return out, count
+
+
+_CELL_ERROR = re.compile(r"^cell line (\d+): (?:catastrophic |fatal )?error\b")
+_HINTS = (
+    (re.compile(r'expected (?:a )?["\']?;'), "a ';' is missing: compilers report it where the next statement "
+                                            "starts, so look at the end of the line(s) just above cell line {line}"),
+    (re.compile(r"(?:identifier .* is undefined|was not declared in this scope)"),
+     "the name is not declared where it is used: a typo, a missing #include, or device code used under "
+     "#if RL_HOST (or host code under #if RL_DEVICE)"),
+    (re.compile(r"expected (?:a )?[\"']?[)}\]]"), "a bracket is not closed before cell line {line}"),
+)
+
+
+def first_error(diagnostics: list[str]) -> tuple[list[str], str]:
+    """The first error with its context (the one to fix: later ones often follow from it), and a hint."""
+    start = next((i for i, line in enumerate(diagnostics) if "error" in line and not line[:1].isspace()), 0)
+    end = next((i for i in range(start + 1, len(diagnostics)) if not diagnostics[i][:1].isspace()),
+               len(diagnostics))
+    block = diagnostics[start:end]
+    head = block[0] if block else ""
+    match = _CELL_ERROR.match(head)
+    line = match[1] if match else "?"
+    for pattern, hint in _HINTS:
+        if pattern.search(head):
+            return block, "hint: " + hint.format(line=line)
+    return block, "hint: fix the first error first; the others often follow from it"
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ class CudaJitMagics(Magics):
         A row made here stays golden-unverified, out of dispatch, until it is
         verified against its baseline.
         """
+        self._started = time.perf_counter()  # what the cell really takes, imports and CUDA start-up included
         try:
             args = parse_argstring(self.cuda_jit, line)
         except ValueError as exc:  # the line's own quoting
@@ -202,10 +204,15 @@ class CudaJitMagics(Magics):
         return result
 
     def _build_failed(self, name: str, path: Path, shown: str, log: str, status: StatusLine) -> Exception:
-        from rapid_llm.notebook.compile_errors import CellBuildError, cell_diagnostics
+        from rapid_llm.notebook.compile_errors import CellBuildError, cell_diagnostics, first_error
 
         diagnostics, count = cell_diagnostics(log, path)
         what = _plural(count, "error") if count else "the end of the log"
+        if count:
+            block, hint = first_error(diagnostics)
+            more = f"({_plural(count - 1, 'more error')}; --verbose shows the full log)" if count > 1 else ""
+            what += ", the first:" if count > 1 else ""
+            diagnostics = [*block, hint, *([more] if more else [])]
         status.close(f"building {shown}: failed")
         previous = self._bound.get(name)
         if previous is not None:
@@ -215,8 +222,8 @@ class CudaJitMagics(Magics):
             keeps = f"the last good build of {name} keeps serving: {bound}{row_text} unchanged."
         else:
             keeps = f"{name} has no earlier good build in this kernel: nothing was bound or registered."
-        message = "\n".join([f"{name}: compile failed ({shown}), {what}:", *diagnostics, keeps,
-                             "Run with --verbose for the full compiler log."])
+        message = "\n".join([f"{name}: compile failed ({shown}), {what}" + ("" if what.endswith(":") else ":"),
+                             *diagnostics, keeps, "Run with --verbose for the full compiler log."])
         return CellBuildError(message, log=log, source=path)
 
     @staticmethod
@@ -235,8 +242,11 @@ class CudaJitMagics(Magics):
         launcher = cell_rows.pick_launcher(functions, name, args.fn) if args.op is not None else None
         self._bind(name, functions)
         self.builds[name] = result
+        cell_s = time.perf_counter() - getattr(self, "_started", time.perf_counter() - result.seconds)
         how = (f"loaded from cache in {result.seconds:.2f} s" if result.cached
                else f"built in {result.seconds:.1f} s")
+        if cell_s - result.seconds > 0.2:  # a new kernel: torch's import and CUDA start-up come first
+            how += f" (the cell took {cell_s:.1f} s: importing torch and starting CUDA)"
         bound = ", ".join(f"{f}()" for f in functions) or "no functions"
         line = f"{how} -> {bound} bound"
         if launcher is not None:

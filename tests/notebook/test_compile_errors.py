@@ -80,3 +80,19 @@ def test_the_error_renders_as_its_message_alone():
     err = CellBuildError("scale_vec: compile failed\ncell line 3: error: x", log="raw", source=CELL)
     assert err._render_traceback_() == ["scale_vec: compile failed", "cell line 3: error: x"]
     assert err.log == "raw" and err.source == CELL
+
+
+def test_the_first_error_comes_with_a_hint_and_notes_use_cell_lines():
+    from rapid_llm.notebook.compile_errors import first_error
+
+    log = (f'{CELL}(9): error: expected a ";"\n      int y = 2;\n      ^\n\n'
+           f'{CELL}(14): error: identifier "y" is undefined\n'
+           f'          detected during instantiation of "void k<T>(T *) [with T=float]" at line 30\n')
+    lines, count = cell_diagnostics(log, CELL)
+    assert count == 2
+    assert any(line.endswith("at cell line 31") for line in lines)  # a note without "of FILE" is mapped too
+    block, hint = first_error(lines)
+    assert block[0] == 'cell line 10: error: expected a ";"'
+    assert "';' is missing" in hint and "above cell line 10" in hint
+    block, hint = first_error(lines[3:])
+    assert block[0] == 'cell line 15: error: identifier "y" is undefined' and "not declared" in hint
