@@ -130,6 +130,16 @@ class DtypeResult:
     def worst_element(self) -> ElementDiff | None:
         return self.worst[0] if self.worst else None
 
+    def cells(self) -> tuple[str, ...]:
+        """This dtype's row of the report table (COLUMNS): the text and the HTML forms share it."""
+        w = self.worst_element
+        worst = self.error or ("-" if w is None else
+                               f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
+        of_allowed = "-" if w is None else ("inf" if math.isinf(w.ratio) else f"{w.ratio:.2g}x")
+        return (self.dtype, "pass" if self.passed else "FAIL", _fmt(self.max_abs_diff), _fmt(self.max_rel_diff),
+                of_allowed, _fmt(self.max_abs_diff_vs_baseline), _fmt(self.baseline_max_abs_diff),
+                f"{self.n_bad}/{self.n_elements}", worst)
+
     @property
     def recorded_diff(self) -> float:
         """What the GoldenRecord keeps: the diff against the baseline row (against exact without one)."""
@@ -178,30 +188,32 @@ class GoldenReport:
         verdict = "PASS" if self.passed else "FAIL"
         return f"golden {self.row} vs {self.baseline} and the float64 oracle on {self.device}: {verdict}"
 
+    def rule_text(self) -> str:
+        """What the tolerance is relative to (the table's "of allowed" is the worst element's error over it)."""
+        return "rule: " + "; ".join(sorted({r.rule for r in self.results}))
+
     def __str__(self) -> str:
         lines = [self._header()]
-        head = ("dtype", "verdict", "max abs", "max rel", "vs baseline", "baseline err", "bad/elements", "worst element")
-        rows = [head]
-        for r in self.results:
-            w = r.worst_element
-            worst = r.error or ("-" if w is None else
-                                f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
-            rows.append((r.dtype, "pass" if r.passed else "FAIL", f"{r.max_abs_diff:.3g}", f"{r.max_rel_diff:.3g}",
-                         _fmt(r.max_abs_diff_vs_baseline), _fmt(r.baseline_max_abs_diff),
-                         f"{r.n_bad}/{r.n_elements}", worst))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+        rows = [COLUMNS] + [r.cells() for r in self.results]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
         for row in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
-        rules = sorted({r.rule for r in self.results})
-        lines.append("rule: " + "; ".join(rules))
+        lines.append(self.rule_text())
         return "\n".join(line.rstrip() for line in lines)
 
     def __repr__(self) -> str:
         return str(self)
 
 
+#: The report's columns: "of allowed" is the worst element's error over what the rule allows it (<= 1 passes).
+COLUMNS = ("dtype", "verdict", "max abs", "max rel", "of allowed", "vs baseline", "baseline err", "bad/elements",
+           "worst element")
+
+
 def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
+    if x is None:
+        return "-"
+    return "inf" if math.isinf(x) or abs(x) >= 1e300 else f"{x:.3g}"
 
 
 # ---------------------------------------------------------------- comparison

@@ -359,8 +359,8 @@ class BenchPlot(_View):
             ax.set_ylabel("GB/s (read + write)" if self.metric == "gbps" else "median latency (us)")
             ax.set_title(dtype)
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(self.title(), fontsize=10)
+            ax.legend(fontsize=9 if len(dtypes) > 1 else 10)
+        fig.suptitle(self.title(), fontsize=11)
         fig.tight_layout()
         return fig
 
@@ -413,14 +413,15 @@ class BenchPlot(_View):
 
     def widget(self) -> ipywidgets.Widget:
         # a dtype with no figures yet is not among the options: start on "all" then
-        dtype = ipywidgets.Dropdown(options=[("all", None)] + [(d, d) for d in self.dtypes],
-                                    value=self.dtype if self.dtype in self.dtypes else None, description="dtype")
+        # "all" is a string value: ipywidgets shows an option whose value is None as no selection
+        dtype = ipywidgets.Dropdown(options=[("all", "all")] + [(d, d) for d in self.dtypes],
+                                    value=self.dtype if self.dtype in self.dtypes else "all", description="dtype")
         metric = ipywidgets.ToggleButtons(options=[("GB/s", "gbps"), ("latency", "latency")], value=self.metric)
         image = ipywidgets.Image(value=_png(self.figure()), format="png")
         table = ipywidgets.HTML(self.tables_html())
 
         def refresh(_: Any = None) -> None:
-            self.dtype, self.metric = dtype.value, metric.value
+            self.dtype, self.metric = (None if dtype.value == "all" else dtype.value), metric.value
             image.value = _png(self.figure())
             table.value = self.tables_html()
 
