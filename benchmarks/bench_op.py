@@ -60,12 +60,13 @@ def print_table(op: str, results: list[OpMeasurement], roofline: float, device_n
     print(f"{op} on {kind}; copy roofline {roofline:.0f} GB/s (measured by the harness)")
     for dtype in dict.fromkeys(m.dtype for m in results):
         print(f"\n[{dtype}]")
-        print(f"{'numel':>10}  {'row':<22} {'median us':>10} {'p20-p80 us':>17} {'GB/s':>8} {'% copy':>7}")
+        print(f"{'numel':>10}  {'row':<22} {'median us':>10} {'p20-p80 us':>17} {'GB/s':>8} {'% copy':>7} {'host us':>8}")
         for m in (m for m in results if m.dtype == dtype):
             b = m.result
             gbps = f"{b.gbps:>8.1f}" if b.gbps is not None else f"{'-':>8}"
             frac = f"{100 * b.roofline_fraction:>6.1f}%" if b.roofline_fraction is not None else f"{'-':>7}"
-            print(f"{m.numel:>10}  {m.row:<22} {b.median_us:>10.2f} {b.p20_us:>8.2f}-{b.p80_us:<8.2f} {gbps} {frac}")
+            host = f"{m.host_us:>8.2f}" if m.host_us is not None else f"{'-':>8}"
+            print(f"{m.numel:>10}  {m.row:<22} {b.median_us:>10.2f} {b.p20_us:>8.2f}-{b.p80_us:<8.2f} {gbps} {frac} {host}")
 
 
 def write_results(op: str, results: list[OpMeasurement], device: torch.device, roofline: float, out: Path) -> None:
@@ -75,8 +76,9 @@ def write_results(op: str, results: list[OpMeasurement], device: torch.device, r
         meta.update(cuda=torch.version.cuda, l2_bytes=l2_bytes(device))
     doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
     for m in results:
+        extra = {} if m.host_us is None else {"host_us": m.host_us}
         key, entry = measurements.make_entry(op, m.row, m.dtype, m.numel, m.result.median_us,
-                                             **stored_figures(m.result))
+                                             **stored_figures(m.result), **extra)
         doc["entries"][key] = entry
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

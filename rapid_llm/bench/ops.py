@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench
+from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, bench_host
 from rapid_llm.kernels import measurements, platform
 from rapid_llm.kernels.dispatch import explain
 from rapid_llm.kernels.opdecl import CaseArgs
@@ -23,6 +23,7 @@ class OpMeasurement:
     dtype: str
     numel: int
     result: BenchResult
+    host_us: float | None = None  # per call back to back, as a caller pays it (bench_host)
 
     def __str__(self) -> str:
         return f"{self.op} {self.row} {self.dtype} numel={self.numel}: {self.result}"
@@ -85,9 +86,10 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                 fn = get_row(row).load()
                 result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
                                warmup=warmup, repeats=repeats, label=row, **case.kwargs)
-                out.append(OpMeasurement(op, row, dtype, numel, result))
+                host = _host_us(fn, case, result)
+                out.append(OpMeasurement(op, row, dtype, numel, result, host))
                 if record:
-                    _record(op, row, dtype, numel, result)
+                    _record(op, row, dtype, numel, result, host)
             del case
     if record and out and out[0].result.roofline_gbps:
         measurements.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
@@ -102,5 +104,16 @@ def stored_figures(r: BenchResult) -> dict[str, Any]:
                 tflops=r.tflops, roofline_fraction=r.roofline_fraction)
 
 
-def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult) -> None:
-    measurements.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r))
+#: Host time is measured where it can matter: calls short enough that the host may be the bottleneck.
+HOST_TIMED_BELOW_US = 200.0
+
+
+def _host_us(fn: Any, case: CaseArgs, r: BenchResult) -> float | None:
+    if r.median_us >= HOST_TIMED_BELOW_US:
+        return None
+    return bench_host(fn, *case.args, n=200, rounds=5, warmup=20, **case.kwargs).median_us
+
+
+def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult, host_us: float | None = None) -> None:
+    extra = {} if host_us is None else {"host_us": host_us}
+    measurements.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r), **extra)

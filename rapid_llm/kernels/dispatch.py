@@ -119,7 +119,7 @@ def _measured(row: KernelSpec, ctx: Context) -> measurements.Figure | None:
 
 def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int) -> tuple:
     if measured is not None:
-        return (0, measured.median_us, 0, 0, order)
+        return (0, measured.caller_us, 0, 0, order)
     if row.is_native:
         return (2, 0.0, 0, 0, order)
     prio = -math.inf if row.priority is None else float(row.priority)
@@ -215,7 +215,7 @@ class Op:
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         try:  # platform.size_bucket, inlined: this is the hot path
             contiguous = x.is_contiguous() and (not kwargs or _out_contiguous(kwargs))
-            key = (x.dtype, x.device, x.numel().bit_length(), contiguous)
+            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous)  # an int hashes faster than a device
         except AttributeError:
             raise TypeError(f"{self.name}(): argument 1 must be a torch.Tensor, got {type(x).__name__}") from None
         entry = self._cache.get(key)
@@ -315,7 +315,7 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
     verdicts = []
     for row, reason, measured in evaluated:
         prio = _priority_text(row)
-        us = measured.median_us if measured is not None else None
+        us = measured.caller_us if measured is not None else None
         source = measured.source if measured is not None else None
         if reason is not None:
             verdicts.append(RowVerdict(row.name, row.backend, "filtered", reason, prio, None))
@@ -323,7 +323,7 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
             verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, us, len(ranked)), prio, us,
                                        source))
         else:
-            winner_us = winner_m.median_us if winner_m is not None else None
+            winner_us = winner_m.caller_us if winner_m is not None else None
             verdicts.append(RowVerdict(row.name, row.backend, "outranked",
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
     return Explanation(op, ctx, tuple(verdicts))

@@ -47,10 +47,21 @@ _use_local: bool | None = None
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """A median latency and where it came from (what explain prints beside it)."""
+    """A row's measured cost and where it came from (what explain prints beside it).
+
+    ``median_us`` is the device time (CUDA events); ``host_us`` what a caller
+    pays per call back to back (bench_host: Python, dispatch, allocation,
+    launch). A call costs the larger of the two, so that is what rows are
+    ranked by: where host time dominates, a cheap wrapper beats a fast kernel.
+    """
 
     median_us: float
     source: str  # "committed <file>", "this session", "local store <file>"
+    host_us: float | None = None
+
+    @property
+    def caller_us(self) -> float:
+        return max(self.median_us, self.host_us or 0.0)
 
 
 def on_change(listener: Callable[[], None]) -> None:
@@ -263,7 +274,8 @@ def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figu
             for b in sorted({bucket - distance, bucket + distance}):
                 hit = table.get(_key(op, row, dtype, b))
                 if hit is not None:
-                    return Figure(float(hit["median_us"]), source)
+                    host = hit.get("host_us")
+                    return Figure(float(hit["median_us"]), source, None if host is None else float(host))
     return None
 
 

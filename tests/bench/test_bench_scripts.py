@@ -48,3 +48,4 @@ def test_dispatch_overhead_reports_both_paths(capsys):
     assert _load("bench_dispatch_overhead").main(["--device", "cpu", "--n", "20"]) == 0
     printed = capsys.readouterr().out
     assert "through dispatch" in printed and "row called direct" in printed and "dispatch adds" in printed
+    assert "torch.mul" in printed and "op / torch.mul" in printed

@@ -168,3 +168,12 @@ def test_bench_op_bad_requests(prio_rows):
             spec.unregister("aot/prio_fp32")
     with pytest.raises(ValueError, match="at least one size"):
         bench_op("prio", sizes=[])
+
+
+def test_where_host_time_dominates_rows_rank_by_what_a_caller_pays(prio_rows):
+    native, a, b = prio_rows
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.0, host_us=9.0)  # fast kernel, slow wrapper
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    ex = explain("prio", dtype="fp32", device="cpu", numel=1024)
+    assert ex.chosen.name == b and ex.verdict(a).measured_us == 9.0
+    assert measurements.lookup("prio", a, "cpu", "fp32", (1024).bit_length()).caller_us == 9.0
