@@ -1,0 +1,254 @@
+"""Every tutorial notebook, run by JupyterLab's own Run All in headless Chromium.
+
+nbval proves the cells run; this proves what a user sees in JupyterLab: every
+cell executed, no error outside cells tagged ``raises-exception``, widgets
+rendered as widgets (not their repr, not "Error displaying widget"), plots
+shown as images, the %%cuda_jit status line, and bench_plot's controls
+redrawing the plot. ``RAPID_LLM_SCREENSHOTS=1`` also saves a screenshot per
+notebook to ``docs/img/lab_<notebook>.png``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.browser.conftest import NOTEBOOKS, ROOT, RUN_DIR, missing_requirement
+
+if missing_requirement():  # lab_page needs playwright: skip before importing it
+    pytest.skip(missing_requirement(), allow_module_level=True)
+
+from tests.browser import lab_page  # noqa: E402
+
+pytestmark = pytest.mark.browser
+
+#: Seconds Run All may take per notebook (they take 5-20 s on a CPU).
+RUN_TIMEOUT_S = 240
+SCREENSHOT_DIR = ROOT / "docs" / "img"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: JupyterLab renders an error's traceback, like a stderr stream, as this MIME type.
+ERROR_MIME = "application/vnd.jupyter.stderr"
+WIDGET_REPR = re.compile(r"\b(?:HBox|VBox|Tab)\(children=")
+#: Calls that display one of the project's widgets: a notebook making any shows at least one widget.
+WIDGET_CALLS = ("bench_plot(", "golden_widget(", "explain_widget(")
+BUILT_STATUS = re.compile(r"^(?:built in|loaded from cache in) [\d.]+ s.* -> .* bound")
+
+
+@dataclass
+class Tally:
+    """What was checked in one notebook (printed, and quoted in every failure)."""
+
+    cells: int = 0
+    outputs: int = 0
+    widgets: int = 0
+    images: int = 0
+    controls: int = 0
+    status_lines: int = 0
+
+    def __str__(self) -> str:
+        return (f"{self.cells} code cells checked, {self.outputs} outputs, {self.widgets} widgets, "
+                f"{self.images} plot images, {self.controls} controls changed, "
+                f"{self.status_lines} %%cuda_jit status lines")
+
+
+# -------------------------------------------------------- what the notebook says
+
+
+def _source(cell: dict[str, Any]) -> str:
+    return "".join(cell.get("source", ""))
+
+
+def _tags(cell: dict[str, Any]) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def _committed_result(cell: dict[str, Any]) -> dict[str, Any]:
+    """The data of the cell's committed execute_result: what its last expression displays anywhere."""
+    return next((o.get("data", {}) for o in cell.get("outputs", []) if o["output_type"] == "execute_result"), {})
+
+
+def widget_cells(nb: dict[str, Any]) -> dict[int, bool]:
+    """Cells whose last expression is a widget (any device), each with whether it shows a plot image."""
+    found = {}
+    for i, cell in enumerate(nb["cells"]):
+        data = _committed_result(cell)
+        if WIDGET_MIME in data:
+            found[i] = "<img" in "".join(data.get("text/html", ""))
+    return found
+
+
+# -------------------------------------------------------------------- checks
+
+
+def check_every_cell_ran(nb: dict[str, Any], shown: list[lab_page.CellView], tally: Tally) -> list[str]:
+    problems = []
+    for cell, view in zip(nb["cells"], shown):
+        if cell["cell_type"] != "code" or not _source(cell).strip():
+            continue
+        tally.cells += 1
+        tally.outputs += len(view.outputs)
+        if view.execution_count is None:
+            problems.append(f"cell {view.index} did not run (prompt {view.prompt!r})")
+    return problems
+
+
+def check_no_errors(nb: dict[str, Any], shown: list[lab_page.CellView]) -> list[str]:
+    return [f"cell {view.index} shows an error or stderr output:\n{out.text[:600]}"
+            for cell, view in zip(nb["cells"], shown) if "raises-exception" not in _tags(cell)
+            for out in view.outputs if out.mime == ERROR_MIME]
+
+
+def check_no_widget_text(shown: list[lab_page.CellView]) -> list[str]:
+    return [f"cell {view.index} shows a widget as text: {out.text[:200]!r}"
+            for view in shown for out in view.outputs
+            if WIDGET_REPR.search(out.text) or "Error displaying widget" in out.text]
+
+
+def check_widgets(expected: dict[int, bool], shown: list[lab_page.CellView], tally: Tally) -> list[str]:
+    problems = []
+    for view in shown:
+        tally.widgets += sum(out.widget_views for out in view.outputs)
+        tally.images += sum(out.loaded_images for out in view.outputs)
+    for index, with_image in expected.items():
+        outputs = shown[index].outputs
+        if not any(out.is_widget for out in outputs):
+            problems.append(f"cell {index} should show a widget; it shows {[(o.mime, o.text[:80]) for o in outputs]}")
+        elif with_image and not any(out.loaded_images for out in outputs):
+            problems.append(f"cell {index}'s widget should show its plot as a loaded <img>; it has none")
+    return problems
+
+
+def check_widget_calls_shown(nb: dict[str, Any], page: Any, tally: Tally) -> list[str]:
+    """A notebook that makes widgets shows some; one that calls bench_plot shows a bench_plot."""
+    sources = "".join(_source(c) for c in nb["cells"])
+    problems = []
+    if any(call in sources for call in WIDGET_CALLS) and not tally.widgets:
+        problems.append(f"the notebook makes widgets ({', '.join(WIDGET_CALLS)}) but the page shows none")
+    if "bench_plot(" in sources and not lab_page.bench_plot_views(page).count():
+        problems.append("the notebook calls bench_plot but the page shows no bench_plot widget")
+    return problems
+
+
+def _magic_line_path(first_line: str) -> str:
+    """``csrc/<group>/<NAME>.cu`` for a ``%%cuda_jit NAME [--group G] ...`` line."""
+    words = shlex.split(first_line)[1:]
+    name = words[0]
+    group = words[words.index("--group") + 1] if "--group" in words else ""
+    return f"csrc/{group}/{name}.cu" if group else f"csrc/{name}.cu"
+
+
+def check_cuda_jit_status(nb: dict[str, Any], shown: list[lab_page.CellView], tally: Tally) -> list[str]:
+    """A %%cuda_jit cell answers with its status line: "saved csrc/...; not built: <why>" without a
+    GPU, "built in ... -> ... bound" (or loaded from cache) where it builds."""
+    problems = []
+    for cell, view in zip(nb["cells"], shown):
+        source = _source(cell)
+        if cell["cell_type"] != "code" or not source.startswith("%%cuda_jit"):
+            continue
+        if "raises-exception" in _tags(cell) and any(o.mime == ERROR_MIME for o in view.outputs):
+            continue  # the tagged draft fails to compile where it is built: its error is the point
+        tally.status_lines += 1
+        text = next((o.text for o in view.outputs if o.mime == "application/vnd.jupyter.stdout"), "")
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        saved = f"saved {_magic_line_path(source.splitlines()[0])}; not built: "
+        ok = first.startswith(saved) or (torch.cuda.is_available() and BUILT_STATUS.match(first))
+        if not ok:
+            problems.append(f"cell {view.index}'s %%cuda_jit status line should start with {saved!r}"
+                            f"{' or be a build line' if torch.cuda.is_available() else ''}; it is {first!r}")
+    return problems
+
+
+def exercise_bench_plots(page: Any, tally: Tally) -> list[str]:
+    """Flip each bench_plot's GB/s-latency toggle and its dtype dropdown; the plot must be redrawn."""
+    problems = []
+    views = lab_page.bench_plot_views(page)
+    for i in range(views.count()):
+        view = views.nth(i)
+        image = "img.widget-image"
+        before, after = lab_page.click_toggle(view, "latency", image, "src")
+        tally.controls += 1
+        if after == before:
+            problems.append(f"bench_plot {i}: the latency toggle left the image as it was")
+        dropdown = view.locator(".widget-dropdown").first
+        dtypes = [label for label in lab_page.dropdown_labels(dropdown) if label != "all"]
+        if len(dtypes) < 2:  # one dtype: "all" and that dtype draw the same figure
+            print(f"bench_plot {i} has one dtype ({dtypes}): its dropdown cannot change the figure")
+            continue
+        label, before, after = lab_page.choose_other_option(view, dropdown, image, "src")
+        tally.controls += 1
+        if after == before:
+            problems.append(f"bench_plot {i}: choosing dtype {label!r} left the image as it was")
+    return problems
+
+
+def exercise_explain_views(page: Any, tally: Tally) -> list[str]:
+    """Pick another size in each explain widget; its table must be re-resolved for that size."""
+    problems = []
+    views = lab_page.explain_views(page)
+    for i in range(views.count()):
+        view = views.nth(i)
+        numel = view.locator(".widget-dropdown", has_text="numel").first
+        label, before, after = lab_page.choose_other_option(view, numel, ".widget-html-content", "innerText")
+        tally.controls += 1
+        if after == before:
+            problems.append(f"explain widget {i}: choosing numel {label!r} left the table as it was")
+    return problems
+
+
+def save_screenshot(page: Any, stem: str, first_widget: int | None) -> Path:
+    """The notebook panel, scrolled to its first widget (else its top), as docs/img/lab_<stem>.png."""
+    if first_widget is not None:
+        lab_page.cell_locator(page, first_widget).evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.mouse.move(0, 0)  # no hover highlight in the picture
+    path = SCREENSHOT_DIR / f"lab_{stem}.png"
+    page.locator(".jp-NotebookPanel:visible").first.screenshot(path=str(path))
+    return path
+
+
+# ---------------------------------------------------------------------- test
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_notebook_runs_in_jupyterlab(notebook: Path, page: Any, lab_server: Any) -> None:
+    nb = json.loads(notebook.read_text())
+    tally = Tally()
+    workspace = f"/lab/workspaces/{notebook.stem}/tree/{RUN_DIR.name}/{notebook.name}?reset"
+    lab_page.open_notebook(page, lab_server.url(workspace))
+    started = time.perf_counter()
+    lab_page.run_all_cells(page)
+    try:
+        lab_page.wait_until_run_finished(page, RUN_TIMEOUT_S)
+    except lab_page.PlaywrightTimeoutError as exc:
+        pytest.fail(f"{notebook.name}: Run All did not finish in {RUN_TIMEOUT_S} s (kernel: "
+                    f"{lab_page.kernel_status(page)!r}): {exc}")
+    ran_s = time.perf_counter() - started
+
+    expected = widget_cells(nb)
+    lab_page.wait_for_widget_views(page, sorted(expected))
+    shown = lab_page.cells(page)
+    assert len(shown) == len(nb["cells"]), f"the page shows {len(shown)} cells, the notebook has {len(nb['cells'])}"
+
+    problems = check_every_cell_ran(nb, shown, tally)
+    problems += check_no_errors(nb, shown)
+    problems += check_no_widget_text(shown)
+    problems += check_widgets(expected, shown, tally)
+    problems += check_cuda_jit_status(nb, shown, tally)
+    problems += check_widget_calls_shown(nb, page, tally)
+
+    if os.environ.get("RAPID_LLM_SCREENSHOTS") == "1":
+        shot = save_screenshot(page, notebook.stem, min(expected, default=None))
+        print(f"\nscreenshot: {shot.relative_to(ROOT)}")
+    problems += exercise_bench_plots(page, tally)
+    problems += exercise_explain_views(page, tally)
+
+    print(f"\n{notebook.stem}: {tally} (Run All took {ran_s:.0f} s)")
+    assert not problems, f"{notebook.name} in JupyterLab [{tally}]:\n" + "\n".join(problems)
+    assert tally.cells > 0 and (tally.widgets >= len(expected)), f"{notebook.name}: too little was checked [{tally}]"
