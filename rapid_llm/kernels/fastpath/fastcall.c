@@ -58,8 +58,8 @@ typedef int (*cu_ctx_set_t)(void*);
 typedef int (*cu_ctx_get_device_t)(int*);
 typedef int (*cu_launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                            void**, void**);
-typedef int (*cu_library_load_t)(void**, const void*, void*, void*, unsigned, void*, void*, unsigned);
-typedef int (*cu_library_kernel_t)(void**, void*, const char*);
+typedef int (*cu_load_cubin_t)(void**, const void*, void*, void*, unsigned, void*, void*, unsigned);
+typedef int (*cu_cubin_kernel_t)(void**, void*, const char*);
 typedef int (*cu_kernel_set_attr_t)(int, int, void*, int);
 typedef int (*cu_error_t)(int, const char**);
 typedef int (*cu_device_attr_t)(int*, int, int);
@@ -73,8 +73,8 @@ static struct {
   cu_ctx_set_t ctx_set;
   cu_ctx_get_device_t ctx_get_device;
   cu_launch_t launch;
-  cu_library_load_t library_load;
-  cu_library_kernel_t library_kernel;
+  cu_load_cubin_t load_cubin;
+  cu_cubin_kernel_t cubin_kernel;
   cu_kernel_set_attr_t kernel_set_attr;
   cu_error_t error_name;
   cu_error_t error_string;
@@ -96,8 +96,8 @@ static const char* load_driver(void) {
   RL_SYM(ctx_set, "cuCtxSetCurrent");
   RL_SYM(ctx_get_device, "cuCtxGetDevice");
   RL_SYM(launch, "cuLaunchKernel");
-  RL_SYM(library_load, "cuLibraryLoadData");
-  RL_SYM(library_kernel, "cuLibraryGetKernel");
+  RL_SYM(load_cubin, "cuLibraryLoadData");
+  RL_SYM(cubin_kernel, "cuLibraryGetKernel");
   RL_SYM(kernel_set_attr, "cuKernelSetAttribute");
   RL_SYM(error_name, "cuGetErrorName");
   RL_SYM(error_string, "cuGetErrorString");
@@ -166,7 +166,7 @@ typedef struct {
   const char* signature;
   char result;
   Py_ssize_t nargs;
-  PyObject* module; /* keeps the library's owner alive */
+  PyObject* module; /* keeps the shared object's owner alive */
 } Launcher;
 
 static void launcher_dealloc(Launcher* self) {
@@ -335,14 +335,14 @@ static PyObject* fastcall_load(PyObject* m, PyObject* args) {
   }
   /* Without a driver (a CPU-only machine) the launchers still load; launching a kernel then raises. */
   if (*count > 0 && load_driver() == NULL) {
-    void* library = NULL;
-    int r = cu.library_load(&library, cubin, NULL, NULL, 0, NULL, NULL, 0);
+    void* image = NULL; /* the cubin, loaded into every context on first use */
+    int r = cu.load_cubin(&image, cubin, NULL, NULL, 0, NULL, NULL, 0);
     if (r != 0) {
       PyErr_Format(PyExc_RuntimeError, "loading the kernels of %s: %s", path, error_string(r));
       return NULL;
     }
     for (int i = 0; i < *count; ++i) {
-      r = cu.library_kernel(&handles[i], library, names[i]);
+      r = cu.cubin_kernel(&handles[i], image, names[i]);
       if (r != 0) {
         PyErr_Format(PyExc_RuntimeError, "kernel %s is not in the device code: %s", names[i], error_string(r));
         return NULL;
