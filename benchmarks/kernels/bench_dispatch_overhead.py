@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     x = torch.randn(args.numel, device=device).to(dtype)
     row = resolve("scale", x)
-    direct = row.load()
+    direct = row.call_path()
     op = K.scale
     op(x, 2.0)  # fill the dispatch cache: the steady state is what a model sees
     # Interleave the two arms so drift in the machine's state hits both alike.

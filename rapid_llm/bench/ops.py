@@ -83,7 +83,7 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                     raise ValueError(f"bench_op({op!r}): row {row!r} cannot run {dtype} on {device}: {verdicts[row]}")
             case = make_args(op, numel, tdtype, device)
             for row in chosen:
-                fn = get_row(row).load()
+                fn = get_row(row).call_path()
                 result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
                                warmup=warmup, repeats=repeats, label=row, **case.kwargs)
                 host = _host_us(fn, case, result)

@@ -166,7 +166,9 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
     if not _spec.rows_for(op):
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
     tensors = tuple(tensors)
-    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    arg = _dispatch_arg(op)
+    first = tensors[arg] if len(tensors) > arg and isinstance(tensors[arg], torch.Tensor) else None
+    first = first if first is not None else next((t for t in tensors if isinstance(t, torch.Tensor)), None)
     if first is not None:
         dtype = first.dtype if dtype is None else dtype
         device = first.device if device is None else device
@@ -192,51 +194,22 @@ def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
     return _choose(_evaluate(op, ctx), ctx)[0][0]
 
 
-def _out_contiguous(kwargs: dict[str, Any]) -> bool:
-    out = kwargs.get("out")
-    return out is None or not isinstance(out, torch.Tensor) or out.is_contiguous()
+def _dispatch_arg(op: str) -> int:
+    try:
+        return _spec.get_decl(op).dispatch_arg
+    except RegistryError:  # rows registered without a declaration (tests, a notebook's first cell)
+        return 0
 
 
-class Op:
-    """A dispatching op: ``rapid_llm.kernels.scale(x, 2.0)`` is one of these.
+class _OpMethods:
+    """What both call paths share: resolving a miss, and what an op says about itself."""
 
-    The first tensor argument decides the row. The hot path reads dtype,
-    device and numel, looks the key up, and calls. Capture state is only
-    checked when the cached row is not graph safe, so graph-safe rows pay
-    nothing for it.
-    """
+    __slots__ = ()
 
-    __slots__ = ("name", "_cache")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
-
-    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        try:  # platform.size_bucket, inlined: this is the hot path
-            contiguous = x.is_contiguous() and (not kwargs or _out_contiguous(kwargs))
-            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous)  # an int hashes faster than a device
-        except AttributeError:
-            raise TypeError(f"{self.name}(): argument 1 must be a torch.Tensor, got {type(x).__name__}") from None
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._fill(key, x, capturing=False)
-        fn, safe = entry
-        if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
-            fn = self._capture_fn(key, x)
-        return fn(x, *args, **kwargs) if kwargs else fn(x, *args)
-
-    def _fill(self, key: tuple, x: torch.Tensor, capturing: bool) -> tuple[Callable[..., Any], bool]:
-        row = resolve(self.name, x, capturing=capturing, layout="contiguous" if key[3] else "strided")
-        entry = (row.load(), row.graph_safe)
-        self._cache[key if not capturing else key + (CAPTURING,)] = entry
-        return entry
-
-    def _capture_fn(self, key: tuple, x: torch.Tensor) -> Callable[..., Any]:
-        entry = self._cache.get(key + (CAPTURING,))
-        if entry is None:
-            entry = self._fill(key, x, capturing=True)
-        return entry[0]
+    def _entry(self, x: torch.Tensor, contiguous: bool, capturing: bool) -> tuple[Callable[..., Any], bool]:
+        """The callable and graph safety of the row that serves tensors like ``x``."""
+        row = resolve(self.name, x, capturing=capturing, layout="contiguous" if contiguous else "strided")
+        return row.call_path(), row.graph_safe
 
     def rows(self) -> list[KernelSpec]:
         return rows_for(self.name)
@@ -245,18 +218,91 @@ class Op:
         return f"<rapid_llm op {self.name!r}>"
 
 
-def get_op(name: str) -> Op:
-    """The dispatching callable for ``name`` (created once, shared)."""
+class Op(_OpMethods):
+    """A dispatching op: ``rapid_llm.kernels.scale(x, 2.0)`` is one of these.
+
+    The tensor at ``dispatch_arg`` decides the row. The hot path reads its
+    dtype, device, numel and the layout of the call's tensors, looks the key
+    up, and calls. Capture state is only checked when the cached row is not
+    graph safe, so graph-safe rows pay nothing for it. This is the portable
+    path; :func:`get_op` uses the same logic compiled into the fast-path
+    binding (``fastcall_dispatch.inc``) wherever that binding builds.
+    """
+
+    __slots__ = ("name", "dispatch_arg", "_cache")
+
+    def __init__(self, name: str, arg: int = 0) -> None:
+        self.name = name
+        self.dispatch_arg = arg
+        self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            x = args[self.dispatch_arg]
+            contiguous = all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor))
+            out = kwargs.get("out")
+            if isinstance(out, torch.Tensor):
+                contiguous = contiguous and out.is_contiguous()
+            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous)  # an int hashes faster than a device
+        except (AttributeError, IndexError):
+            got = type(args[self.dispatch_arg]).__name__ if len(args) > self.dispatch_arg else "nothing"
+            raise TypeError(f"{self.name}(): argument {self.dispatch_arg + 1} must be a torch.Tensor, "
+                            f"got {got}") from None
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._entry(x, contiguous, False)
+        fn, safe = entry
+        if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
+            ckey = key + (CAPTURING,)
+            entry = self._cache.get(ckey)
+            if entry is None:
+                entry = self._cache[ckey] = self._entry(x, contiguous, True)
+            fn = entry[0]
+        return fn(*args, **kwargs) if kwargs else fn(*args)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def cached_entries(self) -> int:
+        return len(self._cache)
+
+
+#: Why ops use the portable Python path here, or None when they use the compiled one.
+portable_reason: str | None = None
+
+
+def _fast_op_type() -> type | None:
+    global portable_reason, _FastOp
+    if _FastOp is not None or portable_reason is not None:
+        return _FastOp
+    try:
+        from rapid_llm.kernels.fastpath.binding import fastcall
+
+        base = fastcall().Dispatcher
+    except Exception as exc:  # no compiler, or a torch without the DLPack exchange API: same answers, slower
+        portable_reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return None
+    _FastOp = type("Op", (_OpMethods, base), {"__slots__": (), "__doc__": Op.__doc__, "__module__": __name__})
+    return _FastOp
+
+
+_FastOp: type | None = None
+
+
+def get_op(name: str) -> Any:
+    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds."""
     op = _ops.get(name)
     if op is None:
-        op = _ops[name] = Op(name)
+        fast = _fast_op_type()
+        arg = _dispatch_arg(name)
+        op = _ops[name] = fast(name, arg) if fast is not None else Op(name, arg)
     return op
 
 
 def clear_cache() -> None:
     """Forget every resolution: rows changed, were re-verified, or new figures were measured."""
     for op in _ops.values():
-        op._cache.clear()
+        op.clear_cache()
 
 
 _spec.on_change(clear_cache)

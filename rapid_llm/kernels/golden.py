@@ -9,10 +9,12 @@ for dispatch and one that fails stops being so.
 
 The tolerance rule, per element ``i`` (``eps`` and ``tiny`` of the row's dtype)::
 
-    allowed_i = max(k * |baseline_i - exact_i|,  ulps * eps * |exact_i| + tiny)
+    allowed_i = max(k * |baseline_i - exact_i|,  ulps * eps * m_i + tiny)
 
 A row passes a dtype when ``|row_i - exact_i| <= allowed_i`` for every
-element. The second term admits any result within ``ulps`` units of
+element. ``m_i`` is ``|exact_i|``, or the larger of it and the op's declared
+``magnitude`` where cancellation makes the result smaller than what was
+rounded on the way (a rotation's ``|x cos| + |y sin|``). The second term admits any result within ``ulps`` units of
 relative precision of the exact answer (default 2: one correct rounding is
 half of one, and computing in fp32 before rounding to a half type adds a
 little); ``tiny`` lets subnormal results flush to zero. The first term
@@ -247,9 +249,11 @@ class _Acc:
 
 
 def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor, base: torch.Tensor | None,
-                  dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool) -> None:
+                  dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool,
+                  magnitude: torch.Tensor | None = None) -> None:
     if got.shape != exact.shape:
         raise GoldenError(f"case {label}: row returned shape {tuple(got.shape)}, expected {tuple(exact.shape)}")
+    scale = exact.abs() if magnitude is None else torch.maximum(exact.abs(), magnitude.to(exact.device))
     info = torch.finfo(dtype)
     got64 = got.to(torch.float64)
     exact_rounded = exact.to(dtype).to(torch.float64)
@@ -257,7 +261,7 @@ def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor,
     if abs_tol is not None:
         allowed = torch.full_like(d, abs_tol)
     else:
-        allowed = ref.ulps * info.eps * exact.abs().nan_to_num(posinf=0.0) + info.tiny
+        allowed = ref.ulps * info.eps * scale.nan_to_num(posinf=0.0) + info.tiny
     base64 = None
     if base is not None:
         base64 = base.to(torch.float64)
@@ -267,7 +271,7 @@ def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor,
             allowed = torch.maximum(allowed, ref.baseline_factor * finite_err)
         acc.base_err = max(acc.base_err or 0.0, float(base_err.max()))
         acc.vs_base = max(acc.vs_base or 0.0, float(_abs_diff(got64, base64, base64).max()))
-    rel = (d / exact.abs().clamp_min(info.tiny).nan_to_num(nan=info.tiny)).nan_to_num(nan=math.inf)
+    rel = (d / scale.clamp_min(info.tiny).nan_to_num(nan=info.tiny)).nan_to_num(nan=math.inf)
     ratio = torch.where(d == 0, torch.zeros_like(d), d / allowed)
     acc.max_abs = max(acc.max_abs, float(d.max()))
     acc.max_rel = max(acc.max_rel, float(rel.max()))
@@ -335,14 +339,17 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
     acc = _Acc()
     budget = HISTOGRAM_SAMPLES // max(len(cases), 1)
     for label, args in cases:
-        exact = ref.oracle(*_to64(args)).to(torch.float64)
+        args64 = _to64(args)
+        exact = ref.oracle(*args64).to(torch.float64)
+        magnitude = ref.magnitude(*args64).to(torch.float64) if ref.magnitude is not None else None
         try:
             got = call(fn, *args)
         except Exception as exc:  # a row that crashes on a reference case fails that dtype, with the reason shown
             acc.error = f"{label}: {type(exc).__name__}: {exc}"
             break
         base_out = call(base_fn, *args) if base_fn is not None else None
-        _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name)
+        _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name,
+                      magnitude)
     if acc.error is not None:
         return DtypeResult(dtype, False, math.inf, math.inf, None, acc.base_err, acc.n, acc.bad, tuple(acc.worst),
                            rule, acc.error)

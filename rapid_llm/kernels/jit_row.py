@@ -9,7 +9,11 @@ line, written by ``promote()`` (or by hand)::
 (on a single line). The registry reads these lines when it discovers the
 shipped ops; no per-op Python wrapper exists. :class:`JitRow` serves shipped
 rows and ``%%cuda_jit`` rows alike: ``op(input, *args, out=None)`` allocates
-``out`` like the input and calls the launcher ``fn(out, input, *args)``.
+``out`` like the input and calls the launcher ``fn(out, input, *args)``. The
+line's ``"out"`` field names how ``out`` is made (:data:`OUT_RULES`): like the
+input (the default), like the input with its last dimension halved (a gated
+activation's ``[T, 2I] -> [T, I]``), or not at all for an op that works in
+place (``fn(*args)``, returning None).
 """
 from __future__ import annotations
 
@@ -25,14 +29,14 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels import spec as _spec
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec, RegistryError
 
-__all__ = ["JitRow", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
+__all__ = ["JitRow", "OUT_RULES", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
            "source_digest", "remember_verification", "recall_verification"]
 
 HEADER_PREFIX = "// rapid_llm row: "
-_empty_like = torch.empty_like
-_CONTIGUOUS = torch.contiguous_format
 _HEADER_RE = re.compile(r"^// rapid_llm row: (\{.*\})\s*$", re.M)
-_FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description")
+_FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description", "out")
+#: How a JIT row makes ``out``, by the name a row line uses; the numbers are fastcall's OutFirst rules.
+OUT_RULES = {"like_input": 0, "half_last_dim": 1, "none": 2}
 
 
 def source_digest(text: str) -> str:
@@ -44,20 +48,26 @@ class JitRow:
     """Row target: launcher ``fn`` of the module built from ``source``, called out-first.
 
     The module is built (or loaded from the disk cache) on the first call;
-    afterwards a call is the allocation of ``out`` and the launcher call.
+    afterwards a call is :meth:`bound`: the allocation of ``out`` and the
+    launcher call, both in C where the fast-path binding is built.
     """
 
     def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
-                 digest: str | None = None, not_built: str | None = None) -> None:
+                 digest: str | None = None, not_built: str | None = None, out: str = "like_input") -> None:
+        if out not in OUT_RULES:
+            raise RegistryError(f"{Path(source).name}: out must be one of {', '.join(OUT_RULES)}, got {out!r}")
         self.source = Path(source)
         self.fn = fn
+        self.out = out
         self.digest = digest
         self.not_built = not_built  # why this machine did not build it (a %%cuda_jit cell without CUDA)
         self._launcher = launcher
+        self._bound: Callable[..., Any] | None = None
         #: the source's digest when its launcher was built here (promote checks the file is still that code)
         self.built_digest = source_digest(self.source.read_text()) if launcher is not None else None
         self.__name__ = self.__qualname__ = fn
-        self.__doc__ = f"{fn}(input, *args, out=None): allocates out like input, then {fn}(out, input, *args)."
+        self.__doc__ = (f"{fn}(*args): works in place, returns None." if out == "none" else
+                        f"{fn}(input, *args, out=None): allocates out ({out}), then {fn}(out, input, *args).")
 
     def launcher(self) -> Callable[..., Any]:
         """The built launcher (building the source on first use)."""
@@ -73,16 +83,47 @@ class JitRow:
                 raise RegistryError(f"{self.source} exports no function {self.fn!r}") from None
         return self._launcher
 
-    def __call__(self, input: Any, *args: Any, out: Any = None) -> Any:
-        launcher = self._launcher or self.launcher()
-        if out is None:  # empty_like is the cheapest allocation from Python (new_empty(shape) costs 2.5x)
-            out = _empty_like(input, memory_format=_CONTIGUOUS)
-        launcher(out, input, *args)
-        return out
+    def bound(self) -> Callable[..., Any]:
+        """What a call runs: the launcher with ``out`` made by the row's rule (building on first use)."""
+        if self._bound is None:
+            self._bound = _bind(self.launcher(), self.fn, self.out)
+        return self._bound
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return (self._bound or self.bound())(*args, **kwargs)
 
     def __repr__(self) -> str:
         shown = self.source.relative_to(platform.CSRC) if self.source.is_relative_to(platform.CSRC) else self.source.name
         return f"JitRow({str(shown)!r}, {self.fn!r})"
+
+
+def _bind(launcher: Callable[..., Any], name: str, rule: str) -> Callable[..., Any]:
+    """``launcher`` behind its out rule: fastcall's OutFirst where the binding builds, else the same in Python."""
+    try:
+        from rapid_llm.kernels.fastpath.binding import fastcall
+
+        return fastcall().OutFirst(launcher, name, OUT_RULES[rule])
+    except (ImportError, RuntimeError, OSError):  # no compiler here, or a torch without the exchange API
+        pass
+    if rule == "none":
+        def in_place(*args: Any) -> None:
+            launcher(*args)
+
+        return in_place
+    halve = rule == "half_last_dim"
+
+    def out_first(input: Any, *args: Any, out: Any = None) -> Any:
+        if out is None:
+            if halve:
+                if input.dim() == 0 or input.shape[-1] % 2:
+                    raise ValueError(f"{name}: the input's last dimension must be even, got {tuple(input.shape)}")
+                out = input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
+            else:
+                out = torch.empty_like(input, memory_format=torch.contiguous_format)
+        launcher(out, input, *args)
+        return out
+
+    return out_first
 
 
 def read_header(text: str, where: str = "source") -> dict[str, Any] | None:
@@ -113,7 +154,8 @@ def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
     golden = fields.get("golden") or {}
     per_dtype = tuple((d, float(v)) for d, v in golden.get("per_dtype", ()))
     return KernelSpec(
-        name=fields["name"], op=fields["op"], backend="jit", target=JitRow(source, fields["fn"]),
+        name=fields["name"], op=fields["op"], backend="jit",
+        target=JitRow(source, fields["fn"], out=fields.get("out", "like_input")),
         available="rapid_llm.kernels.jit:available", dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))),
         devices=("cuda",),
         golden=GoldenRecord(verified=bool(golden.get("verified", False)), max_abs_diff=golden.get("max_abs_diff"),

@@ -45,7 +45,10 @@ class Reference:
     ``oracle(*args)`` returns the exact result in float64; ``call(fn, *args)``
     returns the tensor to compare (default ``fn(*args)``; ops with ``out=``
     pass a NaN-filled buffer and return it); ``edge_cases(dtype, device,
-    generator)`` returns ``[(label, args), ...]``. The tolerance rule and its
+    generator)`` returns ``[(label, args), ...]``. ``magnitude(*args)``
+    (float64 args) gives, per output element, the scale its relative
+    tolerance is taken against where cancellation makes ``|exact|`` the wrong
+    one (a rotation: ``|x cos| + |y sin|``). The tolerance rule and its
     ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.golden.
     """
 
@@ -55,9 +58,10 @@ class Reference:
     edge_cases: Callable[..., list[tuple[str, tuple]]] | None = None
     ulps: float = 2.0
     baseline_factor: float = 2.0
+    magnitude: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("make_inputs", "oracle", "call", "edge_cases"):
+        for name in ("make_inputs", "oracle", "call", "edge_cases", "magnitude"):
             fn = getattr(self, name)
             if fn is not None and not callable(fn):
                 raise RegistryError(f"Reference.{name} must be callable, got {type(fn).__name__}")
@@ -73,13 +77,22 @@ class OpDecl:
     reference: Reference
     bench: Callable[[int, Any, Any], CaseArgs]
     doc: str = ""
+    dispatch_arg: int = 0
+    token_numel: int | None = None
 
 
 def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
                rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
                dtypes: Sequence[str] = ("bf16", "fp16", "fp32", "fp64"), devices: Sequence[str] = ("cpu", "cuda"),
-               doc: str = "", replace: bool = False) -> OpDecl:
+               doc: str = "", replace: bool = False, dispatch_arg: int = 0,
+               token_numel: int | None = None) -> OpDecl:
     """Declare op ``name``: register its rows and keep its reference and bench case.
+
+    ``dispatch_arg`` is the positional argument whose dtype, device, size and
+    layout pick the row (rope's query, not its integer positions).
+    ``token_numel`` is that argument's elements per token at the bench
+    shapes: benchmarks of an LLM op are swept over tokens, and the bench case
+    gets ``tokens * token_numel`` elements.
 
     ``native`` is a shortcut for a notebook: a plain-torch function that
     becomes the row ``native/<name>`` over ``dtypes`` and ``devices``.
@@ -99,7 +112,11 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     for row in all_rows:
         if row.op != name:
             raise RegistryError(f"declare_op({name!r}): row {row.name!r} belongs to op {row.op!r}")
-    decl = OpDecl(name, reference, bench, doc)
+    if not isinstance(dispatch_arg, int) or dispatch_arg < 0:
+        raise RegistryError(f"declare_op({name!r}): dispatch_arg must be a non-negative int, got {dispatch_arg!r}")
+    if token_numel is not None and (not isinstance(token_numel, int) or token_numel < 1):
+        raise RegistryError(f"declare_op({name!r}): token_numel must be a positive int, got {token_numel!r}")
+    decl = OpDecl(name, reference, bench, doc, dispatch_arg, token_numel)
     _spec.declare(decl, replace=replace)
     for row in all_rows:
         _spec.register(row, replace=replace)

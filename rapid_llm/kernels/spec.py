@@ -207,6 +207,13 @@ class KernelSpec:
         """Import and return the row's function (imports happen here, never at registration)."""
         return resolve_ref(self.target)
 
+    def call_path(self) -> Callable[..., Any]:
+        """What a call of this row runs: :meth:`load`, or the target's ``bound()`` call path where it has one
+        (a JIT row: its launcher with ``out`` allocated in C; built on first use). Dispatch and benchmarks use it."""
+        fn = self.load()
+        bound = getattr(fn, "bound", None)
+        return bound() if callable(bound) else fn
+
     def probe(self, device: Any = None) -> Availability:
         """Run the row's toolchain probe; cheap by contract (never compiles)."""
         if self.available is None:

@@ -77,6 +77,8 @@ class CudaJitMagics(Magics):
                    "--flags \"-lineinfo --use_fast_math\"")
     @argument("--not-graph-safe", action="store_true",
               help="mark the row unsafe under CUDA-graph capture (the launcher syncs or reads host values)")
+    @argument("--out", default="like_input", choices=("like_input", "half_last_dim", "none"),
+              help="how the row makes out: like its input (default), with the last dim halved, or none (in place)")
     @argument("--builder", default=None, help="build path to use (default: CudaJitMagics.builder)")
     @argument("--verbose", "-v", action="store_true", help="show the build commands and the full compiler log")
     @cell_magic
@@ -157,7 +159,7 @@ class CudaJitMagics(Magics):
             from rapid_llm.kernels.jit_row import JitRow
 
             _, probe = cell_rows.not_built(row, reason)
-            target = JitRow(path, args.fn or name, not_built=reason)
+            target = JitRow(path, args.fn or name, not_built=reason, out=args.out)
             cell_rows.register_cell_row(
                 name, args.op, target=target, available=probe, dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
@@ -254,7 +256,8 @@ class CudaJitMagics(Magics):
             from rapid_llm.kernels.jit_row import JitRow
 
             spec, kept = cell_rows.register_cell_row(
-                name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest),
+                name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest,
+                                                out=args.out),
                 available="rapid_llm.kernels.jit:available", dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
                 description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",

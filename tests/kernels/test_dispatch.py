@@ -25,6 +25,18 @@ def serve_interpreter():
 
 
 
+@pytest.fixture(params=["compiled", "portable"])
+def call_impl(request, monkeypatch):
+    """Both op call paths: the compiled dispatcher (fastcall) and the portable Python one, same answers."""
+    if request.param == "portable":
+        monkeypatch.setattr(dispatch, "_FastOp", None)
+        monkeypatch.setattr(dispatch, "portable_reason", "chosen by the test")
+    elif dispatch._fast_op_type() is None:
+        pytest.skip(f"the compiled dispatcher does not build here: {dispatch.portable_reason}")
+    monkeypatch.setattr(dispatch, "_ops", {})
+    return request.param
+
+
 def _impl(tag):
     def fn(x, *args, **kwargs):
         return tag, args, kwargs
@@ -154,23 +166,67 @@ def test_min_sm_filter_on_cuda_devices(op, monkeypatch):
     assert e.verdict(f"jit/{op.name}").reason == "needs sm_90+, device is sm_80"
 
 
-def test_call_dispatches_and_caches(op):
+def test_call_dispatches_and_caches(op, call_impl):
     op(f"triton/{op.name}", "triton")
     call = dispatch.get_op(op.name)
+    assert (type(call) is dispatch.Op) == (call_impl == "portable")
     assert call(X, 2.0, out=None) == (f"triton/{op.name}", (2.0,), {"out": None})
-    assert len(call._cache) == 1
+    assert call.cached_entries() == 1
     call(X, 3.0)
-    assert len(call._cache) == 1
+    assert call.cached_entries() == 1
+    call(torch.ones(4097), 3.0)  # another size class: another entry
+    assert call.cached_entries() == 2
 
 
-def test_registration_invalidates_the_cache(op):
+def test_a_strided_argument_or_out_goes_to_the_floor(op, call_impl):
+    op(f"triton/{op.name}", "triton")
+    call = dispatch.get_op(op.name)
+    m = torch.ones(8, 8)
+    assert call(m, 2.0)[0] == f"triton/{op.name}"
+    assert call(m.t(), 2.0)[0] == f"native/{op.name}"
+    assert call(m[::2], 2.0)[0] == f"native/{op.name}"
+    assert call(m, m.t())[0] == f"native/{op.name}"  # a strided second tensor counts too
+    assert call(m, 2.0, out=m.t())[0] == f"native/{op.name}"
+    assert call(m, 2.0, out=m)[0] == f"triton/{op.name}"
+
+
+def test_a_non_tensor_argument_is_a_type_error_naming_the_op(op, call_impl):
+    call = dispatch.get_op(op.name)
+    with pytest.raises(TypeError, match=rf"^{op.name}\(\): argument 1 must be a torch.Tensor, got str$"):
+        call("abc", 2.0)
+    with pytest.raises(TypeError, match=rf"^{op.name}\(\): .*argument 1"):
+        call()
+
+
+def test_the_declared_dispatch_argument_picks_the_row(call_impl):
+    """rope-like signature: an int64 first argument, the float tensor second decides dtype and size."""
+    from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
+
+    name = f"t_arg{next(_ids)}"
+    with spec.isolated():
+        declare_op(name, dispatch_arg=1, native=lambda pos, q: ("native", q.dtype),
+                   reference=Reference(make_inputs=lambda *a: (), oracle=lambda *a: None),
+                   bench=lambda n, d, dev: CaseArgs(()))
+        spec.register(KernelSpec(name=f"triton/{name}", op=name, backend="triton", target=lambda pos, q: "triton",
+                                 devices=("cpu",), dtypes=("bf16",), golden=VERIFIED))
+        call = dispatch.get_op(name)
+        pos = torch.arange(4)
+        assert call.dispatch_arg == 1
+        assert call(pos, torch.ones(4, dtype=torch.bfloat16)) == "triton"
+        assert call(pos, torch.ones(4)) == ("native", torch.float32)
+        assert dispatch.resolve(name, pos, torch.ones(4, dtype=torch.bfloat16)).name == f"triton/{name}"
+        with pytest.raises(TypeError, match=rf"{name}\(\): .*argument 2"):
+            call(pos)
+
+
+def test_registration_invalidates_the_cache(op, call_impl):
     call = dispatch.get_op(op.name)
     assert call(X)[0] == f"native/{op.name}"
     op(f"triton/{op.name}", "triton")
     assert call(X)[0] == f"triton/{op.name}"
 
 
-def test_reverification_invalidates_the_cache(op):
+def test_reverification_invalidates_the_cache(op, call_impl):
     op(f"jit/{op.name}", "jit", golden=GoldenRecord(verified=False))
     call = dispatch.get_op(op.name)
     assert call(X)[0] == f"native/{op.name}"
@@ -178,7 +234,7 @@ def test_reverification_invalidates_the_cache(op):
     assert call(X)[0] == f"jit/{op.name}"
 
 
-def test_new_measurements_invalidate_the_cache(op):
+def test_new_measurements_invalidate_the_cache(op, call_impl):
     op(f"triton/{op.name}", "triton")
     call = dispatch.get_op(op.name)
     assert call(X)[0] == f"triton/{op.name}"
@@ -259,7 +315,7 @@ def test_scale_dispatches_through_the_package():
 
 
 @pytest.mark.gpu
-def test_real_capture_skips_graph_unsafe_rows(op):
+def test_real_capture_skips_graph_unsafe_rows(op, call_impl):
     """During torch.cuda.graph capture the unsafe row is skipped; outside it, it wins again."""
     calls = []
 

@@ -49,7 +49,8 @@ def fastcall() -> ModuleType:
         raise RuntimeError(f"torch {torch.__version__} lacks the DLPack C exchange API that the fast path "
                            "calls through (torch >= 2.10); build with builder='torch' instead")
     h = hashlib.sha256()
-    for path in (BINDING_SOURCE, jit.CSRC / "common" / "rapid_llm_abi.h"):
+    for path in (BINDING_SOURCE, BINDING_SOURCE.with_name("fastcall_dispatch.inc"),
+                 jit.CSRC / "common" / "rapid_llm_abi.h"):
         h.update(path.read_bytes())
     h.update(sys.version.encode())
     h.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())

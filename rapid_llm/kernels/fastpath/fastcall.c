@@ -6,9 +6,14 @@
  * CUDA tensor current, asks torch for its current stream there, and calls the
  * module's launcher. It reaches the CUDA driver through libcuda, which torch
  * has already loaded; a module without kernels needs no driver at all.
+ *
+ * It also holds the two per-call steps that Python would otherwise add to
+ * every op call: the dispatcher (tensor -> cached row, see dispatch.py) and
+ * the out-first wrapper of a JIT row (allocate out, call the launcher).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,11 +37,19 @@ typedef struct DLPackExchangeAPIHeader {
   DLPackVersion version;
   struct DLPackExchangeAPIHeader* prev_api;
 } DLPackExchangeAPIHeader;
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned* self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
 typedef struct {
   DLPackExchangeAPIHeader header;
-  void* managed_tensor_allocator;
+  int (*managed_tensor_allocator)(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
+                                  void (*set_error)(void* error_ctx, const char* kind, const char* message));
   void* managed_tensor_from_py_object_no_sync;
-  void* managed_tensor_to_py_object_no_sync;
+  int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned* tensor, void** out_py_object);
   int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
   int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
 } DLPackExchangeAPI;
@@ -63,6 +76,7 @@ typedef int (*cu_cubin_kernel_t)(void**, void*, const char*);
 typedef int (*cu_kernel_set_attr_t)(int, int, void*, int);
 typedef int (*cu_error_t)(int, const char**);
 typedef int (*cu_device_attr_t)(int*, int, int);
+typedef int (*cu_stream_capturing_t)(void*, int*);
 
 static struct {
   int loaded;
@@ -79,6 +93,7 @@ static struct {
   cu_error_t error_name;
   cu_error_t error_string;
   cu_device_attr_t device_attr;
+  cu_stream_capturing_t stream_is_capturing;
   void* primary[64];
 } cu;
 
@@ -102,6 +117,7 @@ static const char* load_driver(void) {
   RL_SYM(error_name, "cuGetErrorName");
   RL_SYM(error_string, "cuGetErrorString");
   RL_SYM(device_attr, "cuDeviceGetAttribute");
+  RL_SYM(stream_is_capturing, "cuStreamIsCapturing");
 #undef RL_SYM
   if (cu.init(0) != 0) return "cuInit failed: no usable CUDA device";
   cu.loaded = 1;
@@ -386,6 +402,8 @@ fail:
   return NULL;
 }
 
+#include "fastcall_dispatch.inc"
+
 static PyMethodDef methods[] = {
     {"init", fastcall_init, METH_VARARGS, "init(torch.Tensor, torch.Tensor.__dlpack_c_exchange_api__)"},
     {"load", fastcall_load, METH_VARARGS, "load(path, owner) -> [(name, signature, launcher)]"},
@@ -394,6 +412,16 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rapid_llm_fastcall", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__rapid_llm_fastcall(void) {
-  if (PyType_Ready(&LauncherType) < 0) return NULL;
-  return PyModule_Create(&module);
+  if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0 || PyType_Ready(&OutFirstType) < 0)
+    return NULL;
+  PyObject* m = PyModule_Create(&module);
+  if (!m) return NULL;
+  Py_INCREF(&DispatcherType);
+  Py_INCREF(&OutFirstType);
+  if (PyModule_AddObject(m, "Dispatcher", (PyObject*)&DispatcherType) < 0 ||
+      PyModule_AddObject(m, "OutFirst", (PyObject*)&OutFirstType) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
 }
