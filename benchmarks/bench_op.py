@@ -20,18 +20,18 @@ repeated runs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from rapid_llm.bench import bench, bench_op, copy_roofline
 from rapid_llm.bench.harness import l2_bytes
-from rapid_llm.bench.ops import OpMeasurement, eligible_rows, stored_figures
-from rapid_llm.kernels import measurements, platform
+from rapid_llm.bench.ops import OpMeasurement, eligible_rows, write_results
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.spec import get_decl
 
 GPU_SIZES = tuple(1 << p for p in range(10, 29, 2))  # 1K .. 256M, every 4x
 CPU_SIZES = tuple(1 << p for p in range(10, 21, 2))  # 1K .. 1M
@@ -67,22 +67,6 @@ def print_table(op: str, results: list[OpMeasurement], roofline: float, device_n
             frac = f"{100 * b.roofline_fraction:>6.1f}%" if b.roofline_fraction is not None else f"{'-':>7}"
             host = f"{m.host_us:>8.2f}" if m.host_us is not None else f"{'-':>8}"
             print(f"{m.numel:>10}  {m.row:<22} {b.median_us:>10.2f} {b.p20_us:>8.2f}-{b.p80_us:<8.2f} {gbps} {frac} {host}")
-
-
-def write_results(op: str, results: list[OpMeasurement], device: torch.device, roofline: float, out: Path) -> None:
-    meta: dict[str, Any] = {"copy_roofline_gbps": roofline, "torch": torch.__version__,
-                            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    if device.type == "cuda":
-        meta.update(cuda=torch.version.cuda, l2_bytes=l2_bytes(device))
-    doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
-    for m in results:
-        extra = {} if m.host_us is None else {"host_us": m.host_us}
-        key, entry = measurements.make_entry(op, m.row, m.dtype, m.numel, m.result.median_us,
-                                             **stored_figures(m.result), **extra)
-        doc["entries"][key] = entry
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {out}")
 
 
 def check_harness(device: torch.device, repeats: int) -> None:
@@ -125,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("op", nargs="?", help="the op to benchmark, e.g. scale")
     parser.add_argument("--sizes", type=int, nargs="+", help="element counts (default 1K..256M on GPU, 1K..1M on CPU)")
+    parser.add_argument("--tokens", type=int, nargs="+",
+                        help="token counts instead of sizes, for ops that declare token_numel (rms_norm, rope, ...)")
     parser.add_argument("--dtypes", nargs="+", help="default: the rows' bf16/fp16/fp32")
     parser.add_argument("--rows", nargs="+", help="default: every row that can run here")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
@@ -141,6 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.op:
         parser.error("give an OP (or --check-harness)")
     sizes = args.sizes or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
+    if args.tokens:
+        per_token = get_decl(args.op).token_numel
+        if per_token is None:
+            parser.error(f"{args.op} declares no token_numel: give --sizes")
+        sizes = [t * per_token for t in args.tokens]
     if any(n < 1 for n in sizes):
         parser.error("sizes must be >= 1 element")
     start = time.perf_counter()
@@ -152,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     roofline = copy_roofline(device)
     print_table(args.op, results, roofline, platform.device_label(device))
     if args.out:
-        write_results(args.op, results, device, roofline, args.out)
+        write_results(args.op, results, device, args.out)
+        print(f"wrote {args.out}")
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
     return 0
 

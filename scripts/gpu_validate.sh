@@ -6,12 +6,14 @@
 #                                          # benchmarks/results/), and the per-call cost of both
 #   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for benchmarks/results/),
 #                                          # harness checks, dispatch overhead, widget PNGs for docs/
+#   scripts/gpu_validate.sh OUTDIR llm     # the LLM ops over tokens against torch.compile (JSON for
+#                                          # benchmarks/results/, the log for benchmarks/results/logs/)
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -34,12 +36,15 @@ case $stage in
     step bench_call python benchmarks/jit/bench_call.py
     ;;
   bench)
-    step bench_scale python benchmarks/kernels/bench_scale.py --record --out benchmarks/results/scale_nvidia_h200.json
-    step check_harness python benchmarks/kernels/bench_scale.py --check-harness
+    step bench_scale python benchmarks/bench_op.py scale --out benchmarks/results/scale_nvidia_h200.json
+    step check_harness python benchmarks/bench_op.py --check-harness
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
     step widgets python -m rapid_llm.notebook.widgets docs/img --results benchmarks/results/scale_nvidia_h200.json
     ;;
+  llm)
+    step llm_ops python benchmarks/bench_llm_ops.py --results benchmarks/results
+    ;;
   *)
-    echo "unknown stage $stage (tests, jit or bench)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, jit, bench or llm)" >&2; exit 2 ;;
 esac
 exit $status

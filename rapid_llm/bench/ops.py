@@ -1,8 +1,10 @@
 """Benchmark every eligible row of an op and record the medians that dispatch ranks by."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
@@ -13,7 +15,7 @@ from rapid_llm.kernels.dispatch import explain
 from rapid_llm.kernels.opdecl import CaseArgs
 from rapid_llm.kernels.spec import RegistryError, get_decl, get_row, rows_for
 
-__all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures", "make_args"]
+__all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures", "make_args", "write_results"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +119,27 @@ def _host_us(fn: Any, case: CaseArgs, r: BenchResult) -> float | None:
 def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult, host_us: float | None = None) -> None:
     extra = {} if host_us is None else {"host_us": host_us}
     measurements.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r), **extra)
+
+
+def write_results(op: str, results: Sequence[OpMeasurement], device: torch.device | str, out: str | Path) -> Path:
+    """Write ``results`` as a results file: the format of ``benchmarks/results/*.json``, which plots read and,
+    committed there, ranks rows on every machine of this GPU kind."""
+    from rapid_llm.bench.harness import copy_roofline, l2_bytes
+
+    device = torch.device(device)
+    meta: dict[str, Any] = {"copy_roofline_gbps": copy_roofline(device), "torch": torch.__version__,
+                            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if device.type == "cuda":
+        meta.update(cuda=torch.version.cuda, l2_bytes=l2_bytes(device))
+    doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
+    for m in results:
+        extra = {} if m.host_us is None else {"host_us": m.host_us}
+        key, entry = measurements.make_entry(op, m.row, m.dtype, m.numel, m.result.median_us,
+                                             **stored_figures(m.result), **extra)
+        doc["entries"][key] = entry
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(out)
+    return out

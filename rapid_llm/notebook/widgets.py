@@ -288,12 +288,13 @@ class BenchPlot(_View):
     """
 
     def __init__(self, op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
-                 source: str | Path | None = None):
+                 source: str | Path | None = None, rows: Sequence[str] | None = None):
         if metric not in ("gbps", "latency"):
             raise ValueError(f"bench_plot({op!r}): metric must be 'gbps' or 'latency', got {metric!r}")
         self.op, self.metric, self.dtype = op, metric, dtype
         self.doc, self.origin = self._load(op, device_name, source)
-        self.entries = [e for e in self.doc["entries"].values() if e["op"] == op]
+        self.entries = [e for e in self.doc["entries"].values()
+                        if e["op"] == op and (rows is None or e["row"] in rows)]
         self.device = self.doc["device"]
         self.dtypes = sorted({e["dtype"] for e in self.entries})
         if dtype is not None and self.entries and dtype not in self.dtypes:
@@ -431,9 +432,9 @@ class BenchPlot(_View):
 
 
 def bench_plot(op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
-               source: str | Path | None = None) -> BenchPlot:
-    """The benchmark plot of ``op`` (``metric`` 'gbps' or 'latency')."""
-    return BenchPlot(op, metric=metric, dtype=dtype, device_name=device_name, source=source)
+               source: str | Path | None = None, rows: Sequence[str] | None = None) -> BenchPlot:
+    """The benchmark plot of ``op`` (``metric`` 'gbps' or 'latency'), of every row or of ``rows`` only."""
+    return BenchPlot(op, metric=metric, dtype=dtype, device_name=device_name, source=source, rows=rows)
 
 
 # -------------------------------------------------------------------- docs

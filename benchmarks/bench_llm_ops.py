@@ -1,0 +1,126 @@
+"""LLM ops over token counts: every row against torch.compile of the native row, in one process.
+
+    python benchmarks/bench_llm_ops.py [--ops rms_norm silu_and_mul ...] [--tokens 1 16 4096 16384]
+                                       [--dtype bf16] [--results benchmarks/results]
+
+For each op that declares ``token_numel`` and each token count T, on the op's
+bench case (the shapes its declaration names):
+
+- every row that dispatch could use here, through ``bench_op`` (cold L2, CUDA
+  events), as GB/s and % of the measured copy roofline;
+- ``torch.compile`` of the native row, timed by the same harness on the same
+  arguments (compiled once per op; dynamic shapes after the first recompile,
+  as torch.compile does by default);
+- the call as a user sees it at small T: host and GPU together, the median
+  wall time of ``op(...); synchronize()``, through dispatch (``K.<op>``) and
+  through the compiled function.
+
+``--results DIR`` writes each op's row figures as ``DIR/<op>_<gpu>.json``, the
+committed figures dispatch ranks rows by.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+import rapid_llm.kernels as K
+from rapid_llm.bench import bench, copy_roofline
+from rapid_llm.bench.ops import bench_op, make_args, write_results
+from rapid_llm.kernels import platform, spec
+
+TOKENS = (1, 2, 4, 16, 64, 256, 1024, 4096, 16384)
+SMALL_T = 16
+
+
+def call_latency_us(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], n: int = 300) -> float:
+    """Median wall time of one call followed by a device sync: what a caller waits for one op."""
+    for _ in range(20):
+        fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn(*args, **kwargs)
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(samples)
+
+
+def native_fn(op: str) -> Callable[..., Any]:
+    return next(r for r in spec.rows_for(op) if r.is_native).load()
+
+
+def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,
+              results_dir: str | None) -> None:
+    per_token = spec.get_decl(op).token_numel
+    tdtype = platform.torch_dtype(dtype)
+    compiled = torch.compile(native_fn(op))
+    roofline = copy_roofline(device)
+    measured = bench_op(op, [t * per_token for t in tokens], dtypes=[dtype], device=device, repeats=repeats,
+                        record=True)
+    print(f"\n== {op}, {dtype}, {per_token} elements per token; copy roofline {roofline:.0f} GB/s ==")
+    print(f"{'T':>6}  {'fastest row':<24} {'us':>8} {'% copy':>7}  {'compile us':>10} {'% copy':>7}  "
+          f"{'row/compile':>11}  {'eager us':>9}")
+    goals = []
+    for t in tokens:
+        numel = t * per_token
+        case = make_args(op, numel, tdtype, device)
+        mine = [m for m in measured if m.numel == numel]
+        best = min(mine, key=lambda m: m.result.median_us)
+        eager = next((m for m in mine if spec.get_row(m.row).is_native), None)
+        comp = bench(compiled, *case.args, bytes_moved=case.bytes_moved, repeats=repeats,
+                     label="torch.compile(native)", **case.kwargs)
+        ratio = comp.median_us / best.result.median_us
+        eager_us = f"{eager.result.median_us:>9.2f}" if eager else f"{'-':>9}"
+        print(f"{t:>6}  {best.row:<24} {best.result.median_us:>8.2f} {100 * best.result.roofline_fraction:>6.1f}%  "
+              f"{comp.median_us:>10.2f} {100 * comp.roofline_fraction:>6.1f}%  {ratio:>10.2f}x  {eager_us}")
+        goals.append((t, best, comp))
+        del case
+    print("all rows:")
+    for m in measured:
+        host = f", host {m.host_us:.2f} us" if m.host_us is not None else ""
+        print(f"  T={m.numel // per_token:<6} {m.row:<26} {m.result.median_us:>9.2f} us "
+              f"{100 * m.result.roofline_fraction:>6.1f}% copy{host}")
+    print(f"a call as a user sees it (host + GPU, call then synchronize, median of 300), T <= {SMALL_T}:")
+    dispatched = getattr(K, op)
+    for t in (t for t in tokens if t <= SMALL_T):
+        case = make_args(op, t * per_token, tdtype, device)
+        row = K.explain(op, *case.args).chosen.name
+        mine = call_latency_us(dispatched, case.args, case.kwargs)
+        comp = call_latency_us(compiled, case.args, case.kwargs)
+        eager = call_latency_us(native_fn(op), case.args, case.kwargs)
+        print(f"  T={t:<3} K.{op} ({row}): {mine:6.2f} us   torch.compile: {comp:6.2f} us   eager: {eager:6.2f} us")
+    if results_dir:
+        out = write_results(op, measured, device,
+                            f"{results_dir}/{op}_{platform.slug(platform.device_label(device))}.json")
+        print(f"wrote {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", nargs="+", help="default: every op that declares token_numel")
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--results", help="write each op's row figures to this folder (benchmarks/results)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_llm_ops: needs a CUDA device (torch.compile and the JIT rows are timed on the GPU)")
+        return 1
+    device = torch.device("cuda")
+    ops = args.ops or [op for op in spec.all_ops() if spec.get_decl(op).token_numel is not None]
+    print(f"{platform.device_label(device)}, torch {torch.__version__}")
+    start = time.perf_counter()
+    for op in ops:
+        bench_one(op, args.tokens, args.dtype, device, args.repeats, args.results)
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
