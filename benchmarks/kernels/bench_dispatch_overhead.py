@@ -2,9 +2,9 @@
 
     python benchmarks/kernels/bench_dispatch_overhead.py [--numel 1024] [--device cuda]
 
-All three calls allocate their output and run on the same device and tensor:
-the dispatching op, the row it chose called directly, and the plain
-``torch.mul(x, f)`` the op replaces. The first minus the second is what
+All four calls allocate their output and run on the same device and tensor:
+the dispatching op, the row it chose called directly, the native floor row
+called directly, and the plain ``torch.mul(x, f)`` the op replaces. The first minus the second is what
 dispatch adds per call; the first against the third is what a caller pays
 for using the op at all. Times are host-side, from the harness's bench_host,
 interleaved so machine drift hits all three alike.
@@ -39,20 +39,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     op = K.scale
     op(x, 2.0)  # fill the dispatch cache: the steady state is what a model sees
     # Interleave the two arms so drift in the machine's state hits both alike.
-    via_op, via_row, via_torch = [], [], []
+    native = K.get_row("native/scale").call_path()
+    via_op, via_row, via_native, via_torch = [], [], [], []
     for _ in range(args.pairs):
         via_op.append(bench_host(op, x, 2.0, n=args.n, label="rapid_llm.kernels.scale"))
         via_row.append(bench_host(direct, x, 2.0, n=args.n, label=row.name))
+        via_native.append(bench_host(native, x, 2.0, n=args.n, label="native/scale"))
         via_torch.append(bench_host(torch.mul, x, 2.0, n=args.n, label="torch.mul"))
     op_us = statistics.median(r.median_us for r in via_op)
     row_us = statistics.median(r.median_us for r in via_row)
+    native_us = statistics.median(r.median_us for r in via_native)
     torch_us = statistics.median(r.median_us for r in via_torch)
     print(f"scale, {args.numel} {args.dtype} elements on {via_op[0].device}; chosen row {row.name}")
     for label, us, runs in (("through dispatch ", op_us, via_op), ("row called direct", row_us, via_row),
-                            ("torch.mul        ", torch_us, via_torch)):
+                            ("native/scale row ", native_us, via_native), ("torch.mul        ", torch_us, via_torch)):
         print(f"  {label}: {us:7.2f} us/call (per round: {', '.join(f'{r.median_us:.2f}' for r in runs)})")
     print(f"  dispatch adds    : {op_us - row_us:7.2f} us/call (median of {args.pairs} interleaved rounds)")
     print(f"  op / torch.mul   : {op_us / torch_us:7.2f}x")
+    print(f"  native / torch   : {native_us / torch_us:7.2f}x (the floor's own per-call path)")
     return 0
 
 

@@ -16,7 +16,7 @@ def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -
     """
     if out is None:
         try:
-            if input.dtype in _HALF and input.device.type == "cpu":
+            if input.is_cpu and input.dtype in _HALF:  # is_cpu: no device object built per call
                 return input.float().mul_(factor).to(input.dtype)
         except AttributeError:
             raise TypeError(f"scale: input must be a tensor, got {type(input).__name__}") from None
