@@ -156,7 +156,9 @@ int64_t Tensor::element_size() const {
   }
 }
 
-bool Tensor::is_contiguous() const {
+bool Tensor::is_contiguous() const {  // torch's rule: size-1 dims and empty tensors are contiguous whatever the strides
+  for (int32_t i = 0; i < t_->ndim; ++i)
+    if (t_->shape[i] == 0) return true;
   int64_t expected = 1;
   for (int32_t i = t_->ndim - 1; i >= 0; --i) {
     if (t_->shape[i] != 1 && t_->strides[i] != expected) return false;

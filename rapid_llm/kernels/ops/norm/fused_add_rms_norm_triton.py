@@ -1,0 +1,20 @@
+"""Triton fused_add_rms_norm: rms_norm's kernel with the residual add in front (rms_norm_triton)."""
+from __future__ import annotations
+
+import torch
+
+from rapid_llm.kernels.ops.norm.fused_add_rms_norm_native import check_residual
+from rapid_llm.kernels.ops.norm.rms_norm_native import check_weight
+from rapid_llm.kernels.ops.norm.rms_norm_triton import check_contiguous, launch
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place: residual += x (fp32 sum, rounded once), x = rms_norm of that fp32 sum; returns None.
+
+    The numerics of native/fused_add_rms_norm. This wrapper is the row's launcher and checks shapes,
+    dtypes, devices and layout before any pointer reaches the kernel.
+    """
+    check_weight("fused_add_rms_norm", x, weight)
+    check_residual("fused_add_rms_norm", x, residual)
+    check_contiguous("fused_add_rms_norm", x=x, residual=residual, weight=weight)
+    launch(x, residual, weight, x, eps)

@@ -1,0 +1,128 @@
+"""rms_norm's float64 reference (inputs, oracle, edge cases) and its benchmark case.
+
+A reference size ``n`` becomes a [tokens, hidden] pair: a multiple of 4096
+past 8192 is ``n // 4096`` tokens of the benchmark's hidden size 4096, any
+other size is one token of hidden ``n`` (4097: a tail past every vector width).
+The edge cases add what those miss: several rows of an odd hidden size, a
+hidden size too small for a full warp, one beyond what a CUDA row keeps in
+registers, an unaligned start, leading dims, a larger eps, special rows.
+
+Tolerance: ``ulps = 4``. A half-type row rounds once from fp32, half an ulp of
+its dtype, far inside that. An fp32 row has no final rounding to hide its fp32
+steps: the sum of squares in another order than float64 (a few fp32 ulps at
+worst, halved by the square root), rsqrt (CUDA's rsqrtf is within 2 ulps),
+and the two products (half an ulp each). Measured, the native floor itself is
+2.2 fp32 eps off at worst (CPU and H200 alike) and the Triton and CUDA rows
+2.5, so the default of 2 would fail honest fp32 rows; 4 passes them and still
+fails a row that accumulates in a half type.
+"""
+from __future__ import annotations
+
+import torch
+
+from rapid_llm.kernels.opdecl import CaseArgs, Reference
+
+#: The benchmark's hidden size (the issue's shapes: bf16, H = 4096, T = 1 .. 16384).
+BENCH_HIDDEN = 4096
+EPS = 1e-6
+#: Reference-size tolerance in units of the dtype's eps (the derivation is in the module docstring).
+ULPS = 4.0
+
+
+def tokens_hidden(n: int) -> tuple[int, int]:
+    """The [tokens, hidden] a reference size maps to (empty: zero tokens of a small hidden size)."""
+    if n <= 0:
+        return 0, 8
+    if n > 2 * BENCH_HIDDEN and n % BENCH_HIDDEN == 0:
+        return n // BENCH_HIDDEN, BENCH_HIDDEN
+    return 1, n
+
+
+def randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator,
+          scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype=dtype, device=device)
+
+
+def make_weight(hidden: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    """Weights around 1 with both signs present: a weight of exactly 1 would hide a missing multiply."""
+    return randn((hidden,), dtype, device, gen, 0.5).add_(1.0)
+
+
+def unaligned(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``t`` that starts one element into its storage (not 16-byte aligned)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def special_rows(hidden: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    """Rows that probe the arithmetic: all zeros (the output is 0, eps keeps it finite), values near fp16's
+    maximum (their squares overflow a half type but not fp32), tiny values (eps dominates), a NaN and an
+    infinity (both propagate as in float64), and one ordinary row."""
+    rows = randn((6, hidden), torch.float32, torch.device("cpu"), gen)
+    rows[0] = 0.0
+    rows[1] = rows[1].sign() * 6.0e4
+    rows[2] *= 1e-4
+    rows[3, hidden // 2] = float("nan")
+    rows[4, hidden // 3] = float("inf")
+    return rows.to(dtype=dtype, device=device)
+
+
+def make_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> tuple:
+    tokens, hidden = tokens_hidden(shape[0])
+    return (randn((tokens, hidden), dtype, device, gen, 4.0), make_weight(hidden, dtype, device, gen), EPS)
+
+
+def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[tuple[str, tuple]]:
+    def case(tokens: int, hidden: int, eps: float = EPS) -> tuple:
+        return (randn((tokens, hidden), dtype, device, gen, 2.0), make_weight(hidden, dtype, device, gen), eps)
+
+    x, w, eps = case(3, 4096)
+    return [
+        ("[3, 4097] (hidden not a multiple of any vector width)", case(3, 4097)),
+        ("[5, 1001]", case(5, 1001)),
+        ("[9, 8] (hidden smaller than a warp)", case(9, 8)),
+        ("[4, 1] (hidden 1)", case(4, 1)),
+        ("[1, 4096] (one token)", case(1, 4096)),
+        ("[2, 20000] (hidden past a register-resident row)", case(2, 20000)),
+        ("[3, 4096] unaligned start (storage offset 1)", (unaligned(x), w, eps)),
+        ("[3, 4096] unaligned weight", (x, unaligned(w), eps)),
+        ("[2, 3, 520] (leading dims)", (randn((2, 3, 520), dtype, device, gen), make_weight(520, dtype, device, gen),
+                                        EPS)),
+        ("[4, 256] eps 0.1 on small values", (randn((4, 256), dtype, device, gen, 0.1),
+                                              make_weight(256, dtype, device, gen), 0.1)),
+        ("special rows [6, 1024]", (special_rows(1024, dtype, device, gen), make_weight(1024, dtype, device, gen), EPS)),
+    ]
+
+
+def oracle(x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight, in float64."""
+    x = x.to(torch.float64)
+    return x / torch.sqrt(x.square().mean(-1, keepdim=True) + eps) * weight.to(torch.float64)
+
+
+def call(fn, x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """Call through ``out=`` pre-filled with NaN: an element the row never writes cannot pass."""
+    out = torch.full_like(x, float("nan"))
+    fn(x, weight, eps, out=out)
+    return out
+
+
+def bench_inputs(tokens: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [tokens, 4096] ~ N(0, 1) and a weight around 1, drawn on ``device`` (no host-side copy of a large x)."""
+    x = torch.empty((tokens, BENCH_HIDDEN), dtype=dtype, device=device).normal_()
+    weight = torch.empty(BENCH_HIDDEN, dtype=dtype, device=device).normal_(1.0, 0.5)
+    return x, weight
+
+
+def bench_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs:
+    """T = max(1, numel // 4096) tokens of hidden 4096; an ideal kernel reads x and weight once, writes out."""
+    tokens = max(1, numel // BENCH_HIDDEN)
+    x, weight = bench_inputs(tokens, dtype, device)
+    esize = x.element_size()
+    return CaseArgs((x, weight, EPS), {"out": torch.empty_like(x)},
+                    bytes_moved=2 * tokens * BENCH_HIDDEN * esize + BENCH_HIDDEN * esize)
+
+
+REFERENCE = Reference(make_inputs=make_inputs, oracle=oracle, call=call, edge_cases=edge_cases, ulps=ULPS)

@@ -1,0 +1,269 @@
+"""rms_norm and fused_add_rms_norm: the numerics contract, parameters, shapes and bad inputs.
+
+Every row is verified on the reference inputs by test_rows.py; this file pins
+what the tolerance there cannot see: that the normalised value is multiplied
+by the weight in fp32 and rounded once, and that fused_add_rms_norm normalises
+the fp32 sum rather than the rounded residual. The native and Triton rows run
+here (Triton in its interpreter on CPU); the CUDA row's own checks are in
+test_rms_norm_jit.py.
+"""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from rapid_llm.kernels import spec
+from tests.reference import oracle
+
+HAS_CUDA = torch.cuda.is_available()
+#: Rows whose Python wrapper raises ValueError on bad input (the CUDA row's launcher raises RuntimeError).
+ROWS = ("native", "triton")
+#: Rows checked for numerics: the CUDA row too where a GPU is (its bad inputs: test_rms_norm_jit.py).
+NUMERIC_ROWS = ROWS + (("jit",) if HAS_CUDA else ())
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: Agreement between a row and the float64 oracle: one rounding into the dtype, plus fp32's own steps.
+RTOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}
+
+
+def row_fn(op: str, backend: str):
+    row = spec.get_row(f"{backend}/{op}")
+    avail = row.probe(device())
+    if not avail:
+        pytest.skip(f"{row.name}: {avail.reason}")
+    return row.load()
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+def randn(shape, dtype, seed=0, scale=1.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=gen) * scale).to(dtype=dtype, device=device())
+
+
+def weight(hidden, dtype, seed=1) -> torch.Tensor:
+    return randn((hidden,), dtype, seed, 0.5).add_(1.0)
+
+
+def rounds_to_nearest(backend: str, dtype: torch.dtype) -> bool:
+    """Triton's CPU interpreter truncates fp32 -> bf16 (no round to nearest); everything else rounds."""
+    return not (backend == "triton" and dtype == torch.bfloat16 and not HAS_CUDA)
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    want = want.to(got.device)
+    diff = (got.double() - want).abs()
+    bound = RTOL[dtype] * want.abs() + torch.finfo(dtype).tiny
+    bad = diff > bound
+    assert not bool(bad.any()), (f"{what}: {int(bad.sum())} of {got.numel()} elements off, worst |diff| "
+                                 f"{float(diff.max()):.3g}")
+
+
+# ------------------------------------------------------------------ the numerics contract
+
+def fp32_inv_rms(total: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.rsqrt(total.square().mean(-1, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_rms_norm_multiplies_the_weight_in_fp32_and_rounds_once(backend, dtype):
+    if not rounds_to_nearest(backend, dtype):
+        pytest.skip("Triton's CPU interpreter truncates to bf16; the GPU run checks this")
+    fn = row_fn("rms_norm", backend)
+    x, w = randn((16, 1024), dtype, seed=2, scale=3.0), weight(1024, dtype)
+    xf = x.float()
+    normed = xf * fp32_inv_rms(xf, 1e-6)
+    once = (normed * w.float()).to(dtype)
+    twice = (normed.to(dtype).float() * w.float()).to(dtype)  # the recipe the contract rules out
+    got = fn(x, w, 1e-6)
+    agree_once = (got == once).float().mean().item()
+    agree_twice = (got == twice).float().mean().item()
+    assert (once != twice).float().mean().item() > 0.1, "the inputs no longer tell the two recipes apart"
+    assert agree_once > 0.99 and agree_once > agree_twice + 0.05, (agree_once, agree_twice)
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_fused_add_normalises_the_fp32_sum_not_the_rounded_residual(backend, dtype):
+    if not rounds_to_nearest(backend, dtype):
+        pytest.skip("Triton's CPU interpreter truncates to bf16; the GPU run checks this")
+    fn = row_fn("fused_add_rms_norm", backend)
+    # A residual much larger than x: the sum loses x's low bits when rounded into the dtype.
+    x, r, w = randn((16, 1024), dtype, seed=3), randn((16, 1024), dtype, seed=4, scale=300.0), weight(1024, dtype)
+    total = x.float() + r.float()
+    want_residual = total.to(dtype)
+    from_sum = (total * fp32_inv_rms(total, 1e-6) * w.float()).to(dtype)
+    rounded = want_residual.float()
+    from_rounded = (rounded * fp32_inv_rms(rounded, 1e-6) * w.float()).to(dtype)  # ruled out
+    xs, rs = x.clone(), r.clone()
+    assert fn(xs, rs, w, 1e-6) is None
+    assert torch.equal(rs, want_residual), "residual must be the fp32 sum rounded once"
+    agree_sum = (xs == from_sum).float().mean().item()
+    agree_rounded = (xs == from_rounded).float().mean().item()
+    assert (from_sum != from_rounded).float().mean().item() > 0.1, "the inputs no longer tell the recipes apart"
+    assert agree_sum > 0.99 and agree_sum > agree_rounded + 0.05, (agree_sum, agree_rounded)
+
+
+def test_native_fp32_is_the_recipe_bit_for_bit():
+    fn = row_fn("rms_norm", "native")
+    x, w = randn((4, 4096), torch.float32, seed=5), weight(4096, torch.float32)
+    assert torch.equal(fn(x, w, 1e-6), x * fp32_inv_rms(x, 1e-6) * w)
+
+
+# ------------------------------------------------------------------ against the float64 oracle
+
+SHAPES = [(1, 4096), (3, 4097), (5, 1001), (2, 8), (1, 1), (2, 3, 520)]
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_rms_norm_matches_the_oracle(backend, dtype, shape):
+    fn = row_fn("rms_norm", backend)
+    x, w = randn(shape, dtype, scale=4.0), weight(shape[-1], dtype)
+    out = fn(x, w, 1e-6)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert_close(out, oracle("rms_norm")(x.cpu().double(), w.cpu().double(), 1e-6), dtype, f"{backend} {shape}")
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_fused_add_rms_norm_matches_the_oracle_in_place(backend, dtype, shape):
+    fn = row_fn("fused_add_rms_norm", backend)
+    x, r, w = randn(shape, dtype, seed=6, scale=2.0), randn(shape, dtype, seed=7, scale=2.0), weight(shape[-1], dtype)
+    want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double(), 1e-6)
+    x_ptr, r_ptr = x.data_ptr(), r.data_ptr()
+    assert fn(x, r, w, 1e-6) is None
+    assert x.data_ptr() == x_ptr and r.data_ptr() == r_ptr  # in place: the caller's tensors hold the results
+    n = x.numel()
+    assert_close(r, want[:n].view(shape), dtype, f"{backend} residual {shape}")
+    assert_close(x, want[n:].view(shape), dtype, f"{backend} x {shape}")
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+def test_empty_inputs_return_empty_results(backend):
+    for hidden in (4096, 0):
+        x, w = randn((0, hidden), torch.bfloat16), weight(hidden, torch.bfloat16)
+        out = row_fn("rms_norm", backend)(x, w, 1e-6)
+        assert out.shape == (0, hidden) and out.dtype == torch.bfloat16
+        assert row_fn("fused_add_rms_norm", backend)(x, x.clone(), w, 1e-6) is None
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+def test_eps_is_used(backend):
+    fn = row_fn("rms_norm", backend)
+    x, w = randn((4, 256), torch.float32, scale=0.05), weight(256, torch.float32)
+    for eps in (1e-6, 0.1):
+        assert_close(fn(x, w, eps), oracle("rms_norm")(x.cpu().double(), w.cpu().double(), eps), torch.float32,
+                     f"eps={eps}")
+    assert not torch.allclose(fn(x, w, 0.1), fn(x, w, 1e-6))
+
+
+@pytest.mark.parametrize("backend", NUMERIC_ROWS)
+def test_rms_norm_writes_into_out(backend):
+    fn = row_fn("rms_norm", backend)
+    x, w = randn((3, 4097), torch.float16), weight(4097, torch.float16)
+    out = torch.full_like(x, float("nan"))
+    assert fn(x, w, 1e-6, out=out) is out
+    assert torch.equal(out, fn(x, w, 1e-6))
+
+
+def test_triton_wide_rows_take_two_passes(monkeypatch):
+    """Rows wider than MAX_ONE_PASS are read twice in chunks; force that path on a small row."""
+    triton_mod = pytest.importorskip("rapid_llm.kernels.ops.norm.rms_norm_triton")
+    row_fn("rms_norm", "triton")
+    monkeypatch.setattr(triton_mod, "MAX_ONE_PASS", 64)
+    monkeypatch.setattr(triton_mod, "CHUNK", 64)
+    x, r, w = randn((3, 300), torch.float32, seed=8), randn((3, 300), torch.float32, seed=9), weight(300, torch.float32)
+    assert_close(triton_mod.rms_norm(x, w, 1e-6), oracle("rms_norm")(x.cpu().double(), w.cpu().double()),
+                 torch.float32, "two-pass rms_norm")
+    want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double())
+    from rapid_llm.kernels.ops.norm.fused_add_rms_norm_triton import fused_add_rms_norm
+
+    fused_add_rms_norm(x, r, w, 1e-6)
+    assert_close(torch.cat([r.flatten(), x.flatten()]), want, torch.float32, "two-pass fused_add_rms_norm")
+
+
+# ------------------------------------------------------------------ bad inputs
+
+@pytest.mark.parametrize("backend", ROWS)
+@pytest.mark.parametrize("make, match", [
+    (lambda: (randn((2, 8), torch.float32), weight(7, torch.float32)), r"rms_norm: weight must be \[8\]"),
+    (lambda: (randn((2, 8), torch.float32), randn((2, 8), torch.float32)), r"rms_norm: weight must be \[8\]"),
+    (lambda: (randn((2, 8), torch.float32), weight(8, torch.float16)), r"rms_norm: weight must match x's dtype"),
+    (lambda: (randn((), torch.float32), weight(1, torch.float32)), r"rms_norm: x must have a hidden dimension"),
+])
+def test_rms_norm_bad_inputs_raise(backend, make, match):
+    with pytest.raises(ValueError, match=match):
+        row_fn("rms_norm", backend)(*make(), 1e-6)
+
+
+@pytest.mark.parametrize("backend", ROWS)
+def test_rms_norm_bad_out_raises(backend):
+    x, w = randn((2, 8), torch.float32), weight(8, torch.float32)
+    with pytest.raises(ValueError, match=r"rms_norm: out must match x's shape/dtype/device"):
+        row_fn("rms_norm", backend)(x, w, 1e-6, out=torch.empty(2, 8, dtype=torch.float16, device=device()))
+
+
+@pytest.mark.parametrize("backend", ROWS)
+@pytest.mark.parametrize("make, match", [
+    (lambda: (randn((2, 8), torch.float32), randn((2, 7), torch.float32), weight(8, torch.float32)),
+     r"fused_add_rms_norm: residual must match x's shape/dtype/device"),
+    (lambda: (randn((2, 8), torch.float32), randn((2, 8), torch.float16), weight(8, torch.float32)),
+     r"fused_add_rms_norm: residual must match"),
+    (lambda: (randn((2, 8), torch.float32), randn((2, 8), torch.float32), weight(4, torch.float32)),
+     r"fused_add_rms_norm: weight must be \[8\]"),
+])
+def test_fused_add_rms_norm_bad_inputs_raise_and_change_nothing(backend, make, match):
+    x, r, w = make()
+    x0, r0 = x.clone(), r.clone()
+    with pytest.raises(ValueError, match=match):
+        row_fn("fused_add_rms_norm", backend)(x, r, w, 1e-6)
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+
+
+def test_triton_refuses_strided_views():
+    x = randn((8, 16), torch.float32).t()
+    with pytest.raises(ValueError, match=r"rms_norm: contiguous tensors only, x is a strided view"):
+        row_fn("rms_norm", "triton")(x, weight(8, torch.float32), 1e-6)
+    with pytest.raises(ValueError, match=r"fused_add_rms_norm: contiguous tensors only, x is a strided view"):
+        row_fn("fused_add_rms_norm", "triton")(x, x.clone(), weight(8, torch.float32), 1e-6)
+
+
+def test_native_takes_strided_views():
+    x, w = randn((8, 16), torch.float32), weight(8, torch.float32)
+    xt = x.t()  # [16, 8], strided
+    native = row_fn("rms_norm", "native")
+    torch.testing.assert_close(native(xt, w, 1e-6), native(xt.contiguous(), w, 1e-6))
+    r = randn((16, 8), torch.float32, seed=3)
+    xc, rs, rc = xt.contiguous(), r.clone(), r.clone()
+    row_fn("fused_add_rms_norm", "native")(xt, rs, w, 1e-6)  # writes through the view into x
+    row_fn("fused_add_rms_norm", "native")(xc, rc, w, 1e-6)
+    assert torch.equal(rs, rc)  # the sums are elementwise: the same bits
+    torch.testing.assert_close(x.t(), xc)  # the sum of squares may run in another order over a view
+
+
+# ------------------------------------------------------------------ through the op
+
+def test_eps_is_required_by_every_row():
+    """A CUDA launcher has no default arguments, so no row may have one: a call means the same on every row."""
+    for op in ("rms_norm", "fused_add_rms_norm"):
+        for backend in ("native", "triton"):
+            assert inspect.signature(row_fn(op, backend)).parameters["eps"].default is inspect.Parameter.empty
+
+
+def test_ops_dispatch_and_fused_returns_none():
+    import rapid_llm.kernels as K
+
+    x, w = randn((3, 64), torch.bfloat16), weight(64, torch.bfloat16)
+    assert_close(K.rms_norm(x, w, 1e-6), oracle("rms_norm")(x.cpu().double(), w.cpu().double(), 1e-6), torch.bfloat16,
+                 "K.rms_norm")
+    r = randn((3, 64), torch.bfloat16, seed=4)
+    want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double(), 1e-6)
+    assert K.fused_add_rms_norm(x, r, w, 1e-6) is None
+    assert_close(torch.cat([r.flatten(), x.flatten()]), want, torch.bfloat16, "K.fused_add_rms_norm")
