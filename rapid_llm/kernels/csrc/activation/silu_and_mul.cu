@@ -1,0 +1,216 @@
+// rapid_llm row: {"name": "jit/silu_and_mul", "op": "silu_and_mul", "fn": "silu_and_mul", "out": "half_last_dim", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": false, "max_abs_diff": null, "baseline": "native/silu_and_mul"}, "graph_safe": true, "description": "CTAs over (chunk of I, tokens), 128-bit loads of both halves, the native fp32 recipe"}
+// silu_and_mul: out[..., i] = silu(x[..., i]) * x[..., I + i] for x [..., 2I], out [..., I]; fp16 / bf16 / fp32.
+//
+// Numerics: the native row's, bit for bit on CUDA. Both halves are upcast to
+// fp32; silu(a) = a / (1 + expf(-a)) with the accurate expf (at most 2 ulp;
+// the source is built without fast math, so expf is not __expf) and IEEE
+// division; times b in fp32; rounded once (to nearest even) to the output type.
+// That is exactly torch's silu kernel on the fp32 upcast followed by torch.mul,
+// so this row and native/silu_and_mul agree exactly. __expf would have been
+// within tolerance too (its error grows with |a|: ~1e-5 relative at |a| = 88),
+// but the accurate expf costs a few FMAs per element, which a kernel this
+// memory bound does not notice (measured: no difference on H200).
+//
+// Layout: each CTA covers by tokens x (bx * per_thread) items of one chunk of
+// I, where an item is a 16-byte vector (8 halves or 4 floats) when I is a
+// multiple of the vector width and both pointers are 16-byte aligned, and one
+// element otherwise (a tail such as I = 4097, a view starting mid-vector).
+// CTAs are numbered chunk-fastest, so the CTAs in flight at once walk through
+// rows in address order; that measured a few percent faster on H200 than
+// token-fastest order. Each thread issues the loads of all its items (both
+// halves) before using any: kPerThreadDeep vector pairs (64 bytes) in flight
+// per thread, about 80 KB per SM at the occupancy its registers allow (10
+// CTAs of 128 threads for bf16), which is what HBM needs at large T (more per
+// thread measured slower, one per thread 5-8 % slower). At small T (fewer items than the GPU has
+// thread slots) each thread takes one item, so the work spreads over as many
+// CTAs as it can: T = 1 at I = 14336 (bf16) is 14 CTAs, each thread one round
+// trip: latency-bound only.
+#include "common/rapid_llm.cuh"
+
+constexpr int kVecBytes = 16;         // one 128-bit load or store
+constexpr int kThreads = 128;         // threads per CTA (bx * by)
+constexpr int kPerThreadDeep = 2;     // items per thread when the work fills the GPU
+constexpr int kThreadSlotsPerSm = 2048;  // resident threads per SM (sm_80 .. sm_90)
+
+#if RL_DEVICE
+// silu(a) * b in fp32: the native row's recipe (see the top of the file); the caller rounds once.
+__device__ __forceinline__ float silu_mul_f32(float a, float b) { return a / (1.0f + expf(-a)) * b; }
+
+template <typename T>
+__device__ __forceinline__ T silu_mul(T a, T b) {
+  return static_cast<T>(silu_mul_f32(static_cast<float>(a), static_cast<float>(b)));
+}
+
+// One 32-bit word of a and of b -> one word of out: one fp32, or two 16-bit values unpacked and
+// packed (rounded to nearest) by one instruction each.
+template <typename T>
+__device__ __forceinline__ uint32_t silu_mul_word(uint32_t a, uint32_t b);
+template <>
+__device__ __forceinline__ uint32_t silu_mul_word<float>(uint32_t a, uint32_t b) {
+  return __float_as_uint(silu_mul_f32(__uint_as_float(a), __uint_as_float(b)));
+}
+template <>
+__device__ __forceinline__ uint32_t silu_mul_word<__half>(uint32_t a, uint32_t b) {
+  const float2 fa = __half22float2(*reinterpret_cast<const __half2*>(&a));
+  const float2 fb = __half22float2(*reinterpret_cast<const __half2*>(&b));
+  const __half2 y = __floats2half2_rn(silu_mul_f32(fa.x, fb.x), silu_mul_f32(fa.y, fb.y));
+  return *reinterpret_cast<const uint32_t*>(&y);
+}
+template <>
+__device__ __forceinline__ uint32_t silu_mul_word<__nv_bfloat16>(uint32_t a, uint32_t b) {
+  const float2 fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a));
+  const float2 fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b));
+  const __nv_bfloat162 y = __floats2bfloat162_rn(silu_mul_f32(fa.x, fb.x), silu_mul_f32(fa.y, fb.y));
+  return *reinterpret_cast<const uint32_t*>(&y);
+}
+
+// Where a thread works: CTA blockIdx.x is chunk (blockIdx.x % chunks) of the row tile (blockIdx.x / chunks),
+// and a tile is blockDim.y rows (several only when rows are shorter than a CTA). 32-bit: the launcher
+// checks that I and the CTA count fit.
+struct Tile {
+  int64_t token;  // the row this thread works on
+  int64_t first;  // its first item in that row
+};
+template <int kPerThread>
+__device__ __forceinline__ Tile tile_of(int64_t row_items) {
+  const unsigned span = blockDim.x * kPerThread;
+  const unsigned chunks = (static_cast<unsigned>(row_items) + span - 1) / span;
+  const unsigned tile = blockIdx.x / chunks;
+  const unsigned chunk = blockIdx.x - tile * chunks;
+  return {static_cast<int64_t>(tile) * blockDim.y + threadIdx.y, static_cast<int64_t>(chunk) * span + threadIdx.x};
+}
+
+// 16-byte items: both pointers aligned and I % kN == 0, so every row's a, b and out start on a vector.
+// Plain loads and stores: the streaming hint (__ldcs) measured 1-4 % slower on H200, and a plain store
+// leaves out in L2 for the GEMM that reads it next.
+template <typename T, int kPerThread>
+__global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict__ x,
+                                                                    int64_t tokens, int64_t inner) {
+  static_assert(kVecBytes % sizeof(T) == 0, "the element size must divide 16 bytes");
+  constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
+  const int64_t row_vecs = inner / kN;
+  const Tile tile = tile_of<kPerThread>(row_vecs);
+  const int64_t t = tile.token;
+  if (t >= tokens) return;
+  const uint4* __restrict__ a_v = reinterpret_cast<const uint4*>(x + t * 2 * inner);
+  const uint4* __restrict__ b_v = a_v + row_vecs;
+  uint4* __restrict__ out_v = reinterpret_cast<uint4*>(out + t * inner);
+  const int64_t first = tile.first;
+  uint4 a[kPerThread], b[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {  // issue every load before using any
+    const int64_t j = first + static_cast<int64_t>(u) * blockDim.x;
+    if (j < row_vecs) {
+      a[u] = a_v[j];
+      b[u] = b_v[j];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int64_t j = first + static_cast<int64_t>(u) * blockDim.x;
+    if (j < row_vecs) {
+      out_v[j] = make_uint4(silu_mul_word<T>(a[u].x, b[u].x), silu_mul_word<T>(a[u].y, b[u].y),
+                            silu_mul_word<T>(a[u].z, b[u].z), silu_mul_word<T>(a[u].w, b[u].w));
+    }
+  }
+}
+
+// Any I and alignment: one element per item, the same tiling (consecutive threads, consecutive elements).
+template <typename T, int kPerThread>
+__global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __restrict__ out,
+                                                                       const T* __restrict__ x, int64_t tokens,
+                                                                       int64_t inner) {
+  const Tile tile = tile_of<kPerThread>(inner);
+  const int64_t t = tile.token;
+  if (t >= tokens) return;
+  const T* __restrict__ a_row = x + t * 2 * inner;
+  const T* __restrict__ b_row = a_row + inner;
+  T* __restrict__ out_row = out + t * inner;
+  const int64_t first = tile.first;
+  T a[kPerThread], b[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int64_t j = first + static_cast<int64_t>(u) * blockDim.x;
+    if (j < inner) {
+      a[u] = a_row[j];
+      b[u] = b_row[j];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int64_t j = first + static_cast<int64_t>(u) * blockDim.x;
+    if (j < inner) out_row[j] = silu_mul(a[u], b[u]);
+  }
+}
+#endif
+
+#if RL_HOST
+#include <algorithm>
+
+// The kernels this launcher starts, declared (the device pass defines them).
+template <typename T, int kPerThread>
+__global__ void silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens, int64_t inner);
+template <typename T, int kPerThread>
+__global__ void silu_and_mul_scalar_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens,
+                                           int64_t inner);
+
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
+
+inline int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+void silu_and_mul(rl::Tensor out, rl::Tensor x) {
+  // Step 1: validate. The shape facts come first: they hold on any device (a CPU build tests them).
+  RL_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0,
+           "silu_and_mul: the last dim of x must be even (x is [..., 2I]), got ", x.describe());
+  const int64_t inner = x.size(-1) / 2;
+  bool halved = out.dim() == x.dim() && out.size(-1) == inner;
+  for (int64_t d = 0; halved && d + 1 < x.dim(); ++d) halved = out.size(d) == x.size(d);
+  RL_CHECK(halved, "silu_and_mul: out must be x's shape with the last dim halved, got out ", out.describe(),
+           " for x ", x.describe());
+  RL_CHECK(out.dtype() == x.dtype(), "silu_and_mul: out and x must have one dtype, got out ", out.describe(),
+           " and x ", x.describe());
+  rl::check_cuda("silu_and_mul", {out, x});
+  rl::check_contiguous("silu_and_mul", {out, x});
+
+  // Step 2: extract. An empty tensor launches nothing.
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const int64_t tokens = n / inner;
+  const int64_t thread_slots = static_cast<int64_t>(rl::sm_count()) * kThreadSlotsPerSm;
+
+  // Step 3: launch on torch's current stream; rl::launch checks every launch.
+  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, "silu_and_mul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x_p = x.data<T>();
+    T* out_p = out.data<T>();
+    const int64_t vec_n = kVecBytes / x.element_size();  // T is incomplete in the host pass
+    const bool vec = inner % vec_n == 0 && aligned16(x_p) && aligned16(out_p);
+    const int64_t row_items = vec ? inner / vec_n : inner;
+    // A row shorter than a CTA shares it with the next rows: bx threads along a row, by rows.
+    const int64_t bx = std::min<int64_t>(next_pow2(row_items), kThreads);
+    const int64_t by = kThreads / bx;
+    // Deep (several items per thread) only when one item per thread would overfill the GPU.
+    const bool deep = tokens * row_items > thread_slots && row_items > bx;
+    const int64_t per_thread = deep ? kPerThreadDeep : 1;
+    const int64_t ctas = rl::cdiv(tokens, by) * rl::cdiv(row_items, bx * per_thread);
+    RL_CHECK(ctas < (int64_t{1} << 31) && inner < (int64_t{1} << 31), "silu_and_mul: x ", x.describe(),
+             " needs ", ctas, " CTAs, more than one CUDA grid holds");
+    const dim3 grid(static_cast<unsigned>(ctas));
+    const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+    if (vec && deep) {
+      rl::launch(silu_and_mul_vec_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner);
+    } else if (vec) {
+      rl::launch(silu_and_mul_vec_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner);
+    } else if (deep) {
+      rl::launch(silu_and_mul_scalar_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner);
+    } else {
+      rl::launch(silu_and_mul_scalar_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner);
+    }
+  });
+}
+RL_EXPORT(silu_and_mul, "out[..., i] = silu(x[..., i]) * x[..., I + i], x [..., 2I] (out-first launcher)")
+#endif

@@ -1,0 +1,38 @@
+"""The floor for silu_and_mul: plain torch, runs on every device, dtype and layout."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = silu(x[..., :I]) * x[..., I:] for x of shape [..., 2I]; out is [..., I].
+
+    Numerics (every row keeps them): both halves are upcast to fp32,
+    silu(a) = a / (1 + exp(-a)) is computed in fp32 (torch's silu on CUDA is
+    exactly that expression, with expf and IEEE division), multiplied by b in
+    fp32, and the product is rounded once to x's dtype. An infinite gate follows
+    IEEE arithmetic: silu(+inf) = +inf, silu(-inf) = -inf / inf = NaN.
+    The last dim must be even; an odd one raises ValueError.
+    """
+    try:
+        two_i = x.shape[-1] if x.dim() else 1
+    except AttributeError:
+        raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}") from None
+    if two_i % 2:
+        raise ValueError(f"silu_and_mul: the last dim of x must be even (x is [..., 2I]), got {tuple(x.shape)}")
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
+    inner = two_i // 2
+    product = F.silu(x[..., :inner].float()).mul_(x[..., inner:])
+    if out is None:
+        return product.to(x.dtype)
+    want = (*x.shape[:-1], inner)
+    if tuple(out.shape) != want or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"silu_and_mul: out must be {list(want)} {x.dtype} on {x.device} (x with the last dim halved), got "
+            f"{list(out.shape)} {out.dtype} on {out.device}"
+        )
+    return out.copy_(product)

@@ -1,0 +1,79 @@
+"""Triton silu_and_mul: out = silu(x[..., :I]) * x[..., I:], one [ROWS, BLOCK] tile per program.
+
+Runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1`` (how CI
+checks this row for real without a GPU).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+#: Elements per program: a long row is split in BLOCK-wide chunks, short rows are stacked ROWS high.
+TILE = 2048
+MAX_BLOCK = 2048
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _silu_and_mul_kernel(out_ptr, x_ptr, tokens, inner, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                         LIBDEVICE: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)[None, :]
+    mask = (rows < tokens) & (cols < inner)
+    # int64 offsets: tokens * 2I can pass 2^31 elements.
+    a_ptrs = x_ptr + rows * (2 * inner) + cols
+    a = tl.load(a_ptrs, mask=mask).to(tl.float32)
+    b = tl.load(a_ptrs + inner, mask=mask).to(tl.float32)
+    # The native row's fp32 recipe: a / (1 + exp(-a)) with an accurate expf and IEEE division (tl's "/"
+    # on fp32 is div.full, 2 ulp). On a GPU that is libdevice's expf, the one torch's silu calls (tl.exp
+    # there is ex2.approx, whose error grows with |a|). The interpreter cannot run libdevice, and numpy's
+    # fp32 exp is up to ~3 ulp off, so there exp is taken in fp64 and rounded to fp32.
+    if LIBDEVICE:
+        e = libdevice.exp(-a)
+    else:
+        e = tl.exp(-(a.to(tl.float64))).to(tl.float32)
+    y = tl.math.div_rn(a, 1.0 + e) * b
+    tl.store(out_ptr + rows * inner + cols, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+
+
+def _check(x: torch.Tensor, out: torch.Tensor | None) -> int:
+    """Returns I; raises ValueError naming the op for what a kernel would otherwise misread."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}")
+    two_i = x.shape[-1] if x.dim() else 1
+    if two_i % 2:
+        raise ValueError(f"silu_and_mul: the last dim of x must be even (x is [..., 2I]), got {tuple(x.shape)}")
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
+    if not x.is_contiguous() or (out is not None and not out.is_contiguous()):
+        raise ValueError("silu_and_mul: contiguous tensors only")
+    inner = two_i // 2
+    if out is not None:
+        want = (*x.shape[:-1], inner)
+        if tuple(out.shape) != want or out.dtype != x.dtype or out.device != x.device:
+            raise ValueError(
+                f"silu_and_mul: out must be {list(want)} {x.dtype} on {x.device} (x with the last dim halved), "
+                f"got {list(out.shape)} {out.dtype} on {out.device}"
+            )
+    return inner
+
+
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = silu(x[..., :I]) * x[..., I:], the native row's fp32 recipe; an empty input launches nothing.
+
+    A Triton row has no C++ launcher, so this wrapper is its launcher: it
+    checks what a wrong pointer would otherwise turn into silent corruption.
+    """
+    inner = _check(x, out)
+    if out is None:
+        out = torch.empty((*x.shape[:-1], inner), dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    tokens = out.numel() // inner
+    block = min(triton.next_power_of_2(inner), MAX_BLOCK)
+    rows = max(1, TILE // block)
+    grid = (triton.cdiv(tokens, rows), triton.cdiv(inner, block))
+    _silu_and_mul_kernel[grid](out, x, tokens, inner, ROWS=rows, BLOCK=block, LIBDEVICE=x.is_cuda)
+    return out
