@@ -8,12 +8,18 @@ bench case (the shapes its declaration names):
 
 - every row that dispatch could use here, through ``bench_op`` (cold L2, CUDA
   events), as GB/s and % of the measured copy roofline;
+- a device copy of the same number of bytes, by the same harness: what the
+  hardware gives at this size, launch and ramp included (the roofline is a
+  copy of over a GiB);
 - ``torch.compile`` of the native row, timed by the same harness on the same
-  arguments (compiled once per op; dynamic shapes after the first recompile,
-  as torch.compile does by default);
-- the call as a user sees it at small T: host and GPU together, the median
-  wall time of ``op(...); synchronize()``, through dispatch (``K.<op>``) and
-  through the compiled function.
+  arguments, as a user would call it (allocating its result, no ``out=``;
+  compiled once per op, dynamic shapes after the first recompile, as
+  torch.compile does by default);
+- the call as a user sees it at small T, through dispatch (``K.<op>``) and
+  through the compiled function: back to back (host time per call against
+  device time: the larger is what a model pays per call), and alone (the
+  median wall time of ``op(...); synchronize()``, printed beside the cost of
+  a bare ``synchronize()``).
 
 ``--results DIR`` writes each op's row figures as ``DIR/<op>_<gpu>.json``, the
 committed figures dispatch ranks rows by.
@@ -29,7 +35,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.bench import bench, copy_roofline
+from rapid_llm.bench import bench, bench_host, copy_roofline
 from rapid_llm.bench.ops import bench_op, make_args, write_results
 from rapid_llm.kernels import platform, spec
 
@@ -51,6 +57,17 @@ def call_latency_us(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
     return statistics.median(samples)
 
 
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return dst.copy_(src)
+
+
+def same_bytes_copy_us(bytes_moved: int, device: torch.device, repeats: int) -> float:
+    """Device time of a copy that reads and writes ``bytes_moved`` bytes in all, by the same harness."""
+    src = torch.empty(max(1, bytes_moved // 2), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return bench(_copy, dst, src, bytes_moved=bytes_moved, repeats=repeats, label="copy").median_us
+
+
 def native_fn(op: str) -> Callable[..., Any]:
     return next(r for r in spec.rows_for(op) if r.is_native).load()
 
@@ -64,8 +81,8 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
     measured = bench_op(op, [t * per_token for t in tokens], dtypes=[dtype], device=device, repeats=repeats,
                         record=True)
     print(f"\n== {op}, {dtype}, {per_token} elements per token; copy roofline {roofline:.0f} GB/s ==")
-    print(f"{'T':>6}  {'fastest row':<24} {'us':>8} {'% copy':>7}  {'compile us':>10} {'% copy':>7}  "
-          f"{'row/compile':>11}  {'eager us':>9}")
+    print(f"{'T':>6}  {'fastest row':<24} {'us':>8} {'% copy':>7} {'% same-size copy':>16}  {'compile us':>10} "
+          f"{'% copy':>7}  {'compile/row':>11}  {'eager us':>9}")
     goals = []
     for t in tokens:
         numel = t * per_token
@@ -73,12 +90,15 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
         mine = [m for m in measured if m.numel == numel]
         best = min(mine, key=lambda m: m.result.median_us)
         eager = next((m for m in mine if spec.get_row(m.row).is_native), None)
+        user_kwargs = {k: v for k, v in case.kwargs.items() if k != "out"}
         comp = bench(compiled, *case.args, bytes_moved=case.bytes_moved, repeats=repeats,
-                     label="torch.compile(native)", **case.kwargs)
+                     label="torch.compile(native)", **user_kwargs)
+        copy_us = same_bytes_copy_us(case.bytes_moved, device, repeats)
         ratio = comp.median_us / best.result.median_us
         eager_us = f"{eager.result.median_us:>9.2f}" if eager else f"{'-':>9}"
-        print(f"{t:>6}  {best.row:<24} {best.result.median_us:>8.2f} {100 * best.result.roofline_fraction:>6.1f}%  "
-              f"{comp.median_us:>10.2f} {100 * comp.roofline_fraction:>6.1f}%  {ratio:>10.2f}x  {eager_us}")
+        print(f"{t:>6}  {best.row:<24} {best.result.median_us:>8.2f} {100 * best.result.roofline_fraction:>6.1f}% "
+              f"{100 * copy_us / best.result.median_us:>15.1f}%  {comp.median_us:>10.2f} "
+              f"{100 * comp.roofline_fraction:>6.1f}%  {ratio:>10.2f}x  {eager_us}")
         goals.append((t, best, comp))
         del case
     print("all rows:")
@@ -86,15 +106,21 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
         host = f", host {m.host_us:.2f} us" if m.host_us is not None else ""
         print(f"  T={m.numel // per_token:<6} {m.row:<26} {m.result.median_us:>9.2f} us "
               f"{100 * m.result.roofline_fraction:>6.1f}% copy{host}")
-    print(f"a call as a user sees it (host + GPU, call then synchronize, median of 300), T <= {SMALL_T}:")
     dispatched = getattr(K, op)
+    bare = call_latency_us(lambda: None, (), {})
+    print(f"a call as a user sees it, T <= {SMALL_T}: back to back (host us / device us per call) and alone "
+          f"(call then synchronize, median of 300; a bare synchronize costs {bare:.2f} us)")
     for t in (t for t in tokens if t <= SMALL_T):
         case = make_args(op, t * per_token, tdtype, device)
+        kwargs = {k: v for k, v in case.kwargs.items() if k != "out"}  # as a user calls it
         row = K.explain(op, *case.args).chosen.name
-        mine = call_latency_us(dispatched, case.args, case.kwargs)
-        comp = call_latency_us(compiled, case.args, case.kwargs)
-        eager = call_latency_us(native_fn(op), case.args, case.kwargs)
-        print(f"  T={t:<3} K.{op} ({row}): {mine:6.2f} us   torch.compile: {comp:6.2f} us   eager: {eager:6.2f} us")
+        line = f"  T={t:<3}"
+        for label, fn in ((f"K.{op} ({row})", dispatched), ("torch.compile", compiled), ("eager", native_fn(op))):
+            host = bench_host(fn, *case.args, n=200, rounds=5, warmup=20, **kwargs).median_us
+            dev = bench(fn, *case.args, repeats=repeats, **kwargs).median_us
+            alone = call_latency_us(fn, case.args, kwargs)
+            line += f"  {label}: {host:.2f} / {dev:.2f}, alone {alone:.2f} us;"
+        print(line.rstrip(";"))
     if results_dir:
         out = write_results(op, measured, device,
                             f"{results_dir}/{op}_{platform.slug(platform.device_label(device))}.json")

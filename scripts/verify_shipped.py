@@ -33,7 +33,7 @@ def record(name: str) -> bool:
     path = row.target.source
     text = path.read_text()
     fields = read_header(text, str(path))
-    g = report.golden
+    g = report.record
     fields["golden"] = {"verified": g.verified, "max_abs_diff": g.max_abs_diff, "baseline": g.baseline,
                         "per_dtype": [list(p) for p in g.per_dtype]}
     tmp = path.with_suffix(".cu.tmp")

@@ -26,6 +26,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "all_ops": ("rapid_llm.kernels.spec", "all_ops"),
     # declaring an op
     "declare_op": ("rapid_llm.kernels.opdecl", "declare_op"),
+    "get_decl": ("rapid_llm.kernels.opdecl", "get_decl"),
     "Reference": ("rapid_llm.kernels.opdecl", "Reference"),
     "CaseArgs": ("rapid_llm.kernels.opdecl", "CaseArgs"),
     "JitRow": ("rapid_llm.kernels.jit_row", "JitRow"),
