@@ -34,7 +34,8 @@ __all__ = ["JitRow", "OUT_RULES", "HEADER_PREFIX", "read_header", "write_header"
 
 HEADER_PREFIX = "// rapid_llm row: "
 _HEADER_RE = re.compile(r"^// rapid_llm row: (\{.*\})\s*$", re.M)
-_FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description", "out")
+_FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description", "out",
+           "layouts")
 #: How a JIT row makes ``out``, by the name a row line uses; the numbers are fastcall's OutFirst rules.
 OUT_RULES = {"like_input": 0, "half_last_dim": 1, "none": 2}
 
@@ -162,6 +163,7 @@ def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
                             baseline=golden.get("baseline"), per_dtype=per_dtype),
         priority=fields.get("priority"), graph_safe=bool(fields.get("graph_safe", True)),
         min_sm=fields.get("min_sm"), description=fields.get("description", f"{source.name}, launcher {fields['fn']}()"),
+        layouts=tuple(fields["layouts"]) if "layouts" in fields else None,
     )
 
 

@@ -110,6 +110,7 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
         "graph_safe": spec.graph_safe, "min_sm": spec.min_sm,
         "description": f"promoted from {target.source.name}, launcher {target.fn}()",
         "out": None if target.out == "like_input" else target.out,
+        "layouts": list(spec.layouts) if spec.layouts != ("contiguous",) else None,
     }
     fields = {k: v for k, v in fields.items() if v is not None}
     shipped_text = write_header(text, fields)

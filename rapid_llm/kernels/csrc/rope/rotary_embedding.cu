@@ -1,0 +1,265 @@
+// rapid_llm row: {"name": "jit/rotary_embedding", "op": "rotary_embedding", "fn": "rotary_embedding", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": false, "max_abs_diff": null, "baseline": "native/rotary_embedding"}, "graph_safe": true, "description": "one block per token, threads over (head, 16-byte run of pairs), cos/sin in registers; in place", "out": "none", "layouts": ["contiguous", "strided"]}
+// rotary_embedding: rotate q and k in place by each token's position (vLLM's form), fp16 / bf16 / fp32.
+//
+// One block per token. threadIdx.x walks the runs of pairs of a head, threadIdx.y the heads (q's, then
+// k's): a thread reads the cos/sin of its pairs once into registers and reuses them for every head it
+// rotates. A run is 16 bytes of x and 16 bytes of y (neox: x and y are two contiguous runs half a
+// rotation apart; GPT-J: pairs are adjacent, so 32 contiguous bytes hold the run's pairs interleaved),
+// and cos/sin come as 16-byte loads too. Elements past rot_dim are neither read nor written.
+//
+// Bytes in flight come from many small resident blocks (a token each, few registers), not from long
+// threads: on an H200, holding 2 or 4 heads per thread cost registers, hence resident blocks, and
+// was slower, and so was a persistent grid prefetching the next token's position. Measured there
+// (bf16, 32 q / 8 k heads of 128, cold L2): 77% of the copy roofline at T=4096, where a plain copy
+// of the same bytes reaches 82%, and 91% at T=16384.
+//
+// Numerics (every row): x' = x*c - y*s, y' = y*c + x*s in fp32, each product rounded before the sum
+// (no fused multiply-add), then rounded once to the input dtype.
+#include "common/rapid_llm.cuh"
+
+constexpr int kVecBytes = 16;      // one 128-bit load or store
+constexpr int kHeadsInFlight = 1;  // heads a thread loads before it computes any (more costs registers, hence blocks)
+constexpr int kThreads = 256;      // threads per block, at most
+constexpr int kMinBlocks = 6;     // blocks per SM the register budget must allow (<= 42 registers): tokens in flight
+// How the kernel reads cos/sin: fp32 or the input dtype, element by element or in 16-byte runs.
+constexpr int kCacheF32 = 0, kCacheT = 1, kCacheVecF32 = 2, kCacheVecT = 3;
+
+#if RL_DEVICE
+// kN elements of T that travel as one 128-bit access on the vector path (one element otherwise).
+template <typename T, int kN>
+struct alignas(kN * sizeof(T) >= kVecBytes ? kVecBytes : alignof(T)) Run {
+  T v[kN];
+};
+
+template <typename T, int kN, bool kVector>
+__device__ __forceinline__ Run<T, kN> load_run(const T* p, int64_t elem_stride) {
+  Run<T, kN> r;
+  if constexpr (kVector) {
+    *reinterpret_cast<uint4*>(&r) = *reinterpret_cast<const uint4*>(p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) r.v[j] = p[j * elem_stride];
+  }
+  return r;
+}
+
+template <typename T, int kN, bool kVector>
+__device__ __forceinline__ void store_run(T* p, int64_t elem_stride, const Run<T, kN>& r) {
+  if constexpr (kVector) {
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&r);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) p[j * elem_stride] = r.v[j];
+  }
+}
+
+// kN cos (or sin) values from element `at` of the cache, as fp32. On the vector path a run's values are
+// 16-byte aligned (the launcher checks), so they travel as 128-bit loads: 2 for fp32 values of bf16 pairs.
+template <typename T, int kN>
+__device__ __forceinline__ void load_cache_run(const void* cache, int mode, int64_t at, int64_t stride_e,
+                                               float (&v)[kN]) {
+  if constexpr (kN % 4 == 0 && kN * sizeof(T) == kVecBytes) {
+    if (mode == kCacheVecF32) {
+      const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(cache) + at);
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        const float4 f = __ldg(p + i);
+        v[4 * i] = f.x;
+        v[4 * i + 1] = f.y;
+        v[4 * i + 2] = f.z;
+        v[4 * i + 3] = f.w;
+      }
+      return;
+    }
+    if (mode == kCacheVecT) {
+      Run<T, kN> r;
+      *reinterpret_cast<uint4*>(&r) = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(cache) + at));
+#pragma unroll
+      for (int j = 0; j < kN; ++j) v[j] = static_cast<float>(r.v[j]);
+      return;
+    }
+  }
+  const bool fp32 = mode == kCacheF32 || mode == kCacheVecF32;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int64_t i = at + j * stride_e;
+    v[j] = fp32 ? __ldg(static_cast<const float*>(cache) + i) : static_cast<float>(static_cast<const T*>(cache)[i]);
+  }
+}
+
+// The kernel over (token, head, run). kVector: 16-byte runs (element stride 1, every start aligned);
+// else one pair per run at any element stride. Heads 0..q_heads-1 are q's, the rest k's.
+template <typename T, bool kNeox, bool kVector>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
+    const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
+    T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
+    T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
+    const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
+    int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos) {
+  constexpr int kN = kVector ? kVecBytes / static_cast<int>(sizeof(T)) : 1;  // pairs per run
+  static_assert(!kVector || kN * sizeof(T) == kVecBytes, "a vector run must be one 128-bit access");
+  const int runs = half / kN;  // runs per head (the launcher makes kN divide half on the vector path)
+  const int heads = q_heads + k_heads;
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const int64_t pos = positions_int64 ? static_cast<const int64_t*>(positions)[t * positions_stride]
+                                        : static_cast<int64_t>(static_cast<const int32_t*>(positions)[t * positions_stride]);
+    if (pos < 0 || pos >= max_pos) continue;  // out of range: leave the token, never read outside the cache
+    const int64_t cache_row = pos * cache_stride_p;
+    T* q_token = q + t * q_stride_t;
+    T* k_token = k + t * k_stride_t;
+    for (int r = threadIdx.x; r < runs; r += blockDim.x) {
+      float c[kN], s[kN];
+      load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(r * kN) * cache_stride_e,
+                            cache_stride_e, c);
+      load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(half + r * kN) * cache_stride_e,
+                            cache_stride_e, s);
+      // Where the two runs of pairs r start in a head (element offsets, before the element stride):
+      // neox x at r*kN, y half a rotation on; GPT-J 2*kN interleaved elements from 2*r*kN.
+      const int first = kNeox ? r * kN : 2 * r * kN;
+      const int second = kNeox ? half + r * kN : 2 * r * kN + kN;
+      for (int h0 = threadIdx.y; h0 < heads; h0 += blockDim.y * kHeadsInFlight) {
+        Run<T, kN> a[kHeadsInFlight], b[kHeadsInFlight];
+#pragma unroll
+        for (int u = 0; u < kHeadsInFlight; ++u) {  // issue every load before using any
+          const int h = h0 + u * blockDim.y;
+          if (h < heads) {
+            const bool is_q = h < q_heads;
+            const int64_t es = kVector ? 1 : (is_q ? q_stride_e : k_stride_e);
+            const T* p = is_q ? q_token + h * q_stride_h : k_token + static_cast<int64_t>(h - q_heads) * k_stride_h;
+            a[u] = load_run<T, kN, kVector>(p + first * es, es);
+            b[u] = load_run<T, kN, kVector>(p + second * es, es);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kHeadsInFlight; ++u) {
+          const int h = h0 + u * blockDim.y;
+          if (h >= heads) continue;
+#pragma unroll
+          for (int j = 0; j < kN; ++j) {
+            // Pair j: neox (a[j], b[j]); GPT-J elements 2j and 2j+1 of the 2*kN run a then b.
+            T& xr = kNeox ? a[u].v[j] : (2 * j < kN ? a[u].v[2 * j] : b[u].v[2 * j - kN]);
+            T& yr = kNeox ? b[u].v[j] : (2 * j + 1 < kN ? a[u].v[2 * j + 1] : b[u].v[2 * j + 1 - kN]);
+            const float x = static_cast<float>(xr);
+            const float y = static_cast<float>(yr);
+            xr = static_cast<T>(__fsub_rn(__fmul_rn(x, c[j]), __fmul_rn(y, s[j])));
+            yr = static_cast<T>(__fadd_rn(__fmul_rn(y, c[j]), __fmul_rn(x, s[j])));
+          }
+          // Recomputed rather than kept from the loads: fewer live registers, more blocks per SM.
+          const bool is_q = h < q_heads;
+          const int64_t es = kVector ? 1 : (is_q ? q_stride_e : k_stride_e);
+          T* p = is_q ? q_token + h * q_stride_h : k_token + static_cast<int64_t>(h - q_heads) * k_stride_h;
+          store_run<T, kN, kVector>(p + first * es, es, a[u]);
+          store_run<T, kN, kVector>(p + second * es, es, b[u]);
+        }
+      }
+    }
+  }
+}
+#endif
+
+#if RL_HOST
+#include <algorithm>
+
+// The kernel this launcher starts, declared (the device pass defines it).
+template <typename T, bool kNeox, bool kVector>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
+    const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
+    T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
+    T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
+    const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
+    int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
+
+namespace {
+
+constexpr const char* kOp = "rotary_embedding";
+
+// A [T, H*head_size] or [T, H, head_size] tensor's heads and (token, head, element) strides.
+struct HeadView {
+  int64_t heads, stride_t, stride_h, stride_e;
+};
+
+HeadView head_view(const rl::Tensor& t, const char* name, int64_t head_size, int64_t tokens) {
+  RL_CHECK(t.dim() == 2 || t.dim() == 3, kOp, ": ", name, " must be [T, heads * head_size] or [T, heads, head_size], got ",
+           t.shape_str());
+  RL_CHECK(t.size(0) == tokens, kOp, ": positions has ", tokens, " tokens but ", name, " has ", t.size(0), " (shape ",
+           t.shape_str(), ")");
+  if (t.dim() == 3) {
+    RL_CHECK(t.size(2) == head_size, kOp, ": head_size ", head_size, " does not match ", name, "'s last dim (shape ",
+             t.shape_str(), ")");
+    return {t.size(1), t.stride(0), t.stride(1), t.stride(2)};
+  }
+  RL_CHECK(t.size(1) % head_size == 0, kOp, ": head_size ", head_size, " does not divide ", name,
+           "'s last dim (shape ", t.shape_str(), ")");
+  return {t.size(1) / head_size, t.stride(0), head_size * t.stride(1), t.stride(1)};
+}
+
+// 16-byte runs need every run start 16-byte aligned: the data, and each stride a whole number of runs.
+bool vector_ok(const rl::Tensor& t, const HeadView& v, int64_t run) {
+  const int64_t bytes = run * t.element_size();
+  return v.stride_e == 1 && reinterpret_cast<std::uintptr_t>(t.data_ptr()) % bytes == 0 &&
+         v.stride_t % run == 0 && v.stride_h % run == 0;
+}
+
+}  // namespace
+
+void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t head_size, rl::Tensor cos_sin_cache,
+                      bool is_neox) {
+  // Step 1: validate.
+  rl::check_cuda(kOp, {positions, q, k, cos_sin_cache});
+  RL_CHECK(positions.dtype() == RL_INT64 || positions.dtype() == RL_INT32, kOp,
+           ": positions must be an int64 or int32 tensor, got ", positions.describe());
+  RL_CHECK(positions.dim() == 1, kOp, ": positions must be 1-D [T], got ", positions.shape_str());
+  RL_CHECK(head_size > 0, kOp, ": head_size must be positive, got ", head_size);
+  const int64_t tokens = positions.size(0);
+  const HeadView qv = head_view(q, "q", head_size, tokens);
+  const HeadView kv = head_view(k, "k", head_size, tokens);
+  RL_CHECK(q.dtype() == k.dtype(), kOp, ": q and k dtypes differ: ", q.describe(), " vs ", k.describe());
+  RL_CHECK(cos_sin_cache.dim() == 2, kOp, ": cos_sin_cache must be [max_pos, rot_dim], got ", cos_sin_cache.shape_str());
+  RL_CHECK(cos_sin_cache.dtype() == RL_FP32 || cos_sin_cache.dtype() == q.dtype(), kOp,
+           ": cos_sin_cache must be fp32 or q's dtype, got ", cos_sin_cache.describe(), " for q ", q.describe());
+  const int64_t rot_dim = cos_sin_cache.size(1);
+  RL_CHECK(rot_dim > 0 && rot_dim % 2 == 0, kOp, ": rot_dim (cos_sin_cache's last dim) must be a positive even number, got ",
+           rot_dim);
+  RL_CHECK(rot_dim <= head_size, kOp, ": rot_dim ", rot_dim, " exceeds head_size ", head_size);
+  RL_CHECK(qv.heads + kv.heads < (int64_t{1} << 30), kOp, ": too many heads (", qv.heads, " + ", kv.heads, ")");
+
+  // Step 2: extract. No tokens or no heads launches nothing.
+  if (tokens == 0 || qv.heads + kv.heads == 0) return;
+  const int half = static_cast<int>(rot_dim / 2);
+  const int heads = static_cast<int>(qv.heads + kv.heads);
+  const bool pos64 = positions.dtype() == RL_INT64;
+  const bool cache_fp32 = cos_sin_cache.dtype() == RL_FP32;
+  const int64_t cache_run = kVecBytes / cos_sin_cache.element_size();  // cache elements per 16 bytes
+  const bool cache_aligned = cos_sin_cache.stride(1) == 1 && cos_sin_cache.stride(0) % cache_run == 0 &&
+                             reinterpret_cast<std::uintptr_t>(cos_sin_cache.data_ptr()) % kVecBytes == 0;
+
+  // Step 3: launch on torch's current stream; rl::launch checks every launch.
+  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(q, kOp, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t run = kVecBytes / q.element_size();  // elements per 16-byte run (T is incomplete here)
+    const bool vec = half % run == 0 && vector_ok(q, qv, run) && vector_ok(k, kv, run);
+    const int runs = static_cast<int>(vec ? half / run : half);
+    // A vector run's cos/sin are 16-byte runs too when the cache rows are aligned (half % run == 0 does the rest).
+    const int cache_mode = vec && cache_aligned ? (cache_fp32 ? kCacheVecF32 : kCacheVecT) : (cache_fp32 ? kCacheF32 : kCacheT);
+    // Threads: x over the runs of a head, y over heads, about kThreads in all, heads spread evenly.
+    const int threads_x = std::min(runs, kThreads);
+    const int max_y = std::max(1, kThreads / threads_x);
+    const int rounds = static_cast<int>(rl::cdiv(heads, max_y));
+    const int threads_y = static_cast<int>(rl::cdiv(heads, rounds));
+    const dim3 block(static_cast<unsigned>(threads_x), static_cast<unsigned>(threads_y));
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30));
+    auto go = [&](auto kernel) {
+      rl::launch(kernel, grid, block, 0, positions.data_ptr(), pos64, positions.stride(0), q.data<T>(), qv.stride_t,
+                 qv.stride_h, qv.stride_e, k.data<T>(), kv.stride_t, kv.stride_h, kv.stride_e, cos_sin_cache.data_ptr(),
+                 cache_mode, cos_sin_cache.stride(0), cos_sin_cache.stride(1), tokens, static_cast<int>(qv.heads),
+                 static_cast<int>(kv.heads), half, cos_sin_cache.size(0));
+    };
+    if (is_neox) {
+      vec ? go(rotary_embedding_kernel<T, true, true>) : go(rotary_embedding_kernel<T, true, false>);
+    } else {
+      vec ? go(rotary_embedding_kernel<T, false, true>) : go(rotary_embedding_kernel<T, false, false>);
+    }
+  });
+}
+RL_EXPORT(rotary_embedding, "rotate q and k in place by each token's position (vLLM's form); returns None")
+#endif

@@ -1,0 +1,40 @@
+"""Rotary position embedding. Declared once here; its .cu row declares itself in kernels/csrc/rope/."""
+from rapid_llm.kernels.opdecl import declare_op
+from rapid_llm.kernels.ops.rope import rotary_embedding_reference
+from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+
+declare_op(
+    "rotary_embedding",
+    doc="rotate q and k in place by each token's position (vLLM's form); returns None",
+    reference=rotary_embedding_reference.REFERENCE,
+    bench=rotary_embedding_reference.bench_case,
+    dispatch_arg=1,  # the query picks the row: its dtype, device, size and layout
+    token_numel=rotary_embedding_reference.TOKEN_NUMEL,
+    rows=[
+        KernelSpec(
+            name="native/rotary_embedding",
+            op="rotary_embedding",
+            backend="native",
+            target="rapid_llm.kernels.ops.rope.rotary_embedding_native:rotary_embedding",
+            dtypes=("bf16", "fp16", "fp32"),
+            devices=("cpu", "cuda"),
+            golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/rotary_embedding"),
+            priority=0,
+            graph_safe=True,
+            description="torch gather of cos/sin and fp32 math: the floor, runs everywhere",
+        ),
+        KernelSpec(
+            name="triton/rotary_embedding",
+            op="rotary_embedding",
+            backend="triton",
+            target="rapid_llm.kernels.ops.rope.rotary_embedding_triton:rotary_embedding",
+            available="rapid_llm.kernels.triton_support:available",
+            dtypes=("bf16", "fp16", "fp32"),
+            devices=("cuda", "cpu"),
+            golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/rotary_embedding"),
+            graph_safe=True,
+            layouts=("contiguous", "strided"),  # any token and head strides (q, k sliced out of a fused qkv)
+            description="one program per token, q then k heads in blocks, fp32 math",
+        ),
+    ],
+)
