@@ -1,4 +1,4 @@
-// rapid_llm row: {"name": "jit/fused_add_rms_norm", "op": "fused_add_rms_norm", "fn": "fused_add_rms_norm", "out": "none", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": false, "max_abs_diff": null, "baseline": "native/fused_add_rms_norm"}, "graph_safe": true, "description": "one block per token row, x and residual in registers as 16-byte vectors (rms_norm_kernels.cuh)"}
+// rapid_llm row: {"name": "jit/fused_add_rms_norm", "op": "fused_add_rms_norm", "fn": "fused_add_rms_norm", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.03125, "baseline": "native/fused_add_rms_norm", "per_dtype": [["bf16", 0.03125], ["fp16", 0.00390625], ["fp32", 1.9073486328125e-06]]}, "graph_safe": true, "description": "one block per token row, x and residual in registers as 16-byte vectors (rms_norm_kernels.cuh)", "out": "none"}
 // fused_add_rms_norm, in place: residual += x (fp32 sum, rounded once into residual), then
 // x = total / sqrt(mean(total^2) + eps) * weight of that fp32 total (not the rounded residual),
 // fp16 / bf16 / fp32. The kernels and their launch configuration are in rms_norm_kernels.cuh.
