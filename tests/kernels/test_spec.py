@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.kernels import spec
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec, RegistryError
 
@@ -123,3 +124,13 @@ def test_a_type_error_inside_a_probe_is_not_swallowed():
 def test_golden_rejects_negative_diff():
     with pytest.raises(RegistryError, match="max_abs_diff must be >= 0"):
         GoldenRecord(verified=True, max_abs_diff=-1.0)
+
+
+def test_declaring_an_op_again_with_replace_starts_it_afresh():
+    with spec.isolated(discover=True):
+        assert len(spec.rows_for("rms_norm")) == 3
+        declare_op("rms_norm", native=lambda x, w, eps: x, replace=True,
+                   reference=Reference(make_inputs=lambda *a: (), oracle=lambda *a: None),
+                   bench=lambda n, d, dev: CaseArgs(()))
+        assert [r.name for r in spec.rows_for("rms_norm")] == ["native/rms_norm"]
+    assert len(spec.rows_for("rms_norm")) == 3  # the shipped op is back outside the notebook's registry
