@@ -38,12 +38,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from rapid_llm.kernels import defects as _defects
 from rapid_llm.kernels import platform
 from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.defects import Defect
 from rapid_llm.kernels.opdecl import Reference
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 
 __all__ = [
+    "Defect",
     "GoldenError",
     "Reference",
     "ElementDiff",
@@ -127,6 +130,8 @@ class DtypeResult:
     rule: str
     error: str | None = None
     diff_sample: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    defects: tuple[Defect, ...] = ()
+    deterministic: bool | None = None  # bitwise equal over two runs on one input (None: not run)
 
     @property
     def worst_element(self) -> ElementDiff | None:
@@ -162,6 +167,22 @@ class GoldenReport:
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.results)
+
+    @property
+    def defects(self) -> tuple[Defect, ...]:
+        """Every defect found, over all dtypes (rapid_llm.kernels.defects.DEFECT_KINDS says what each kind is)."""
+        return tuple(d for r in self.results for d in r.defects)
+
+    def defect_lines(self) -> list[str]:
+        """One line per defect, then whether the row is deterministic: what the table does not show."""
+        lines = [f"defect {d}" for d in self.defects]
+        runs = {r.dtype: r.deterministic for r in self.results if r.deterministic is not None}
+        if runs:
+            same = [d for d, v in runs.items() if v]
+            differ = [d for d, v in runs.items() if not v]
+            lines.append("deterministic (two runs, bitwise): " + ("yes" if not differ else
+                         f"no for {', '.join(differ)}" + (f"; yes for {', '.join(same)}" if same else "")))
+        return lines
 
     def __getitem__(self, dtype: str) -> DtypeResult:
         for r in self.results:
@@ -201,6 +222,7 @@ class GoldenReport:
         for row in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
         lines.append(self.rule_text())
+        lines.extend(self.defect_lines())
         return "\n".join(line.rstrip() for line in lines)
 
     def __repr__(self) -> str:
@@ -250,7 +272,7 @@ class _Acc:
 
 def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor, base: torch.Tensor | None,
                   dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool,
-                  magnitude: torch.Tensor | None = None) -> None:
+                  magnitude: torch.Tensor | None = None) -> int:
     if got.shape != exact.shape:
         raise GoldenError(f"case {label}: row returned shape {tuple(got.shape)}, expected {tuple(exact.shape)}")
     scale = exact.abs() if magnitude is None else torch.maximum(exact.abs(), magnitude.to(exact.device))
@@ -276,7 +298,8 @@ def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor,
     acc.max_abs = max(acc.max_abs, float(d.max()))
     acc.max_rel = max(acc.max_rel, float(rel.max()))
     acc.n += d.numel()
-    acc.bad += int((d > allowed).sum())
+    bad = int((d > allowed).sum())
+    acc.bad += bad
     flat = ratio.flatten()
     top = torch.topk(flat, min(TOP_K, flat.numel())).indices.tolist()
     for i in top:
@@ -288,6 +311,7 @@ def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor,
     del acc.worst[TOP_K:]
     step = max(1, d.numel() // max(budget, 1))
     acc.samples.append(d.flatten()[::step].to("cpu", torch.float64))
+    return bad
 
 
 def _pick_device(row: KernelSpec, device: Any) -> torch.device:
@@ -327,6 +351,39 @@ def _abs_tolerance(tolerance: float | Mapping[str, float] | None, dtype: str) ->
     return None if value is None else float(value)
 
 
+def _tensor_bytes(args: Sequence[Any]) -> int:
+    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+
+
+def _run_on_side_stream(call: Callable, fn: Callable, args: tuple, device: torch.device) -> tuple[Any, tuple]:
+    """Run ``call(fn, *args)`` on a fresh current stream whose inputs are produced there behind a delay;
+    read the result after synchronising that stream only (see rapid_llm.kernels.defects)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(_defects.SIDE_STREAM_DELAY_CYCLES)
+        ran = tuple(_defects.copy_for_row(a, f"argument {i + 1}")
+                    if isinstance(a, torch.Tensor) and 0 not in a.stride() else a for i, a in enumerate(args))
+        got = call(fn, *ran)
+    stream.synchronize()
+    return got, ran
+
+
+def _run_checked(call: Callable, fn: Callable, args: tuple, device: torch.device,
+                 side_stream: bool) -> tuple[Any, list[tuple[str, str]]]:
+    """One call of a row with the defect checks around it: (result, [(kind, message), ...])."""
+    before = _defects.snapshot(args)
+    _defects.poison_free_memory(_tensor_bytes(args), device)
+    with _defects.guarded() as guards:
+        if side_stream:
+            got, ran = _run_on_side_stream(call, fn, args, device)
+        else:
+            got, ran = call(fn, *args), args
+        found = [("guard_band", m) for m in _defects.guard_band_defects(guards)]
+    found += [("mutated_input", m) for m in _defects.changed_arguments(before, ran)]
+    return got, found
+
+
 def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Callable | None, ref: Reference,
                   dtype: str, device: torch.device, sizes: Sequence[int],
                   tolerance: float | Mapping[str, float] | None) -> DtypeResult:
@@ -334,28 +391,66 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
     call = ref.call or (lambda f, *a: f(*a))
     abs_tol = _abs_tolerance(tolerance, dtype)
     rule = (f"|diff| <= {abs_tol:g}" if abs_tol is not None else
-            f"|diff| <= max({ref.baseline_factor:g} x baseline error, {ref.ulps:g} eps |exact| + tiny) per element")
+            f"|diff| <= max({ref.baseline_factor:g} x baseline error, {ref.ulps:g} eps m + tiny) per element, "
+            f"m = {'|exact|' if ref.magnitude is None else 'max(|exact|, the op magnitude)'}")
     cases = reference_cases(row.op, tdtype, device, sizes)
+    # More seeds of one size: a result must follow its input (and is run twice: determinism).
+    trial_n = int(sizes[min(1, len(sizes) - 1)])
+    seed = zlib.crc32(f"{row.op}|{tdtype}".encode())
+    trials = [(f"numel={trial_n} seed {k}",
+               get_reference(row.op).make_inputs((trial_n,), tdtype, device, torch.Generator().manual_seed(seed + k)))
+              for k in (1, 2)]
     acc = _Acc()
-    budget = HISTOGRAM_SAMPLES // max(len(cases), 1)
-    for label, args in cases:
+    found: list[Defect] = []
+    side_stream = device.type == "cuda"
+    budget = HISTOGRAM_SAMPLES // max(len(cases) + len(trials), 1)
+    results: dict[str, tuple[Any, torch.Tensor]] = {}
+    for label, args in cases + trials:
         args64 = _to64(args)
         exact = ref.oracle(*args64).to(torch.float64)
         magnitude = ref.magnitude(*args64).to(torch.float64) if ref.magnitude is not None else None
         try:
-            got = call(fn, *args)
+            got, defects_here = _run_checked(call, fn, args, device, side_stream)
         except Exception as exc:  # a row that crashes on a reference case fails that dtype, with the reason shown
             acc.error = f"{label}: {type(exc).__name__}: {exc}"
             break
         base_out = call(base_fn, *args) if base_fn is not None else None
-        _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name,
-                      magnitude)
+        bad = _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name,
+                            magnitude)
+        unwritten = _defects.unwritten_count(got, exact)
+        if unwritten:
+            defects_here.append(("unwritten", f"{unwritten} of {got.numel()} result elements still hold the poison "
+                                              "pattern"))
+        if (bad or unwritten) and side_stream:  # right when the device is idle, wrong on a busy stream?
+            again = call(fn, *args)
+            torch.cuda.synchronize(device)
+            if _compare_case(_Acc(), label, again, exact, base_out, tdtype, ref, abs_tol, 1, base.name != row.name,
+                             magnitude) == 0 and not _defects.unwritten_count(again, exact):
+                defects_here.append(("other_stream", "wrong when its inputs are produced on the current stream "
+                                                     "behind a delay, right when run alone: its work is not on the "
+                                                     "current stream"))
+        found += [Defect(kind, dtype, label, message) for kind, message in defects_here]
+        results[label] = (got, exact)
+    deterministic = None
+    if acc.error is None:
+        label = f"numel={trial_n}"
+        if label in results:
+            got0, exact0 = results[label]
+            for k in (1, 2):
+                got_k, exact_k = results[f"{label} seed {k}"]
+                if (isinstance(got0, torch.Tensor) and _defects.same_bits(got0, got_k)
+                        and not torch.equal(exact0.nan_to_num(), exact_k.nan_to_num())):
+                    found.append(Defect("input_independent", dtype, f"{label} seed {k}",
+                                        "the same output bits for different inputs (and different exact answers)"))
+                    break
+            again, _ = _run_checked(call, fn, dict(cases)[label], device, side_stream)
+            deterministic = isinstance(got0, torch.Tensor) and _defects.same_bits(got0, again)
     if acc.error is not None:
         return DtypeResult(dtype, False, math.inf, math.inf, None, acc.base_err, acc.n, acc.bad, tuple(acc.worst),
-                           rule, acc.error)
+                           rule, acc.error, defects=tuple(found))
     sample = torch.cat(acc.samples) if acc.samples else torch.zeros(0, dtype=torch.float64)
-    return DtypeResult(dtype, acc.bad == 0, acc.max_abs, acc.max_rel, acc.vs_base, acc.base_err, acc.n, acc.bad,
-                       tuple(acc.worst), rule, None, sample)
+    return DtypeResult(dtype, acc.bad == 0 and not found, acc.max_abs, acc.max_rel, acc.vs_base, acc.base_err, acc.n,
+                       acc.bad, tuple(acc.worst), rule, None, sample, tuple(found), deterministic)
 
 
 def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = None,

@@ -12,14 +12,16 @@ __all__ = ["explanation_html", "golden_html", "VERDICT_COLOURS"]
 VERDICT_COLOURS = {"chosen": "#d4f4dd", "outranked": "#fff3c4", "filtered": "#f6d5d5"}
 
 
-def _table(header: str, head: tuple[str, ...], rows: list[tuple[tuple[str, ...], str]], footer: str = "") -> str:
+def _table(header: str, head: tuple[str, ...], rows: list[tuple[tuple[str, ...], str]],
+           footer: str | list[str] = "") -> str:
     ths = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head)
     body = "".join(
         f"<tr style='background:{colour}'>"
         + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in cells) + "</tr>"
         for cells, colour in rows
     )
-    foot = f"<div style='font-size:90%'>{html.escape(footer)}</div>" if footer else ""
+    lines = [footer] if isinstance(footer, str) else footer
+    foot = "".join(f"<div style='font-size:90%'>{html.escape(line)}</div>" for line in lines if line)
     return (f"<div><b>{html.escape(header)}</b><table><thead><tr>{ths}</tr></thead>"
             f"<tbody>{body}</tbody></table>{foot}</div>")
 
@@ -38,4 +40,4 @@ def golden_html(report: Any) -> str:
     from rapid_llm.kernels.golden import COLUMNS
 
     rows = [(r.cells(), "#d4f4dd" if r.passed else "#f6d5d5") for r in report.results]
-    return _table(report._header(), COLUMNS, rows, report.rule_text())
+    return _table(report._header(), COLUMNS, rows, [report.rule_text(), *report.defect_lines()])

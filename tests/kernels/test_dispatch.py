@@ -389,20 +389,23 @@ def test_the_interpreter_serves_calls_only_when_asked(monkeypatch):
     assert explain("scale", torch.randn(4096)).verdict("triton/scale").verdict != "filtered"
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("view", [lambda x: x.t(), lambda x: x.reshape(-1)[::2], lambda x: x[:, 1:]])
-def test_strided_inputs_reach_a_row_that_takes_them(view):
+def test_strided_inputs_reach_a_row_that_takes_them(view, device):
     """Any input the native row takes works through the op; rows that need contiguous tensors step aside."""
     import rapid_llm.kernels as K
     from tests.reference import assert_close_to_ref, scale_ref
 
-    x = view(torch.randn(64, 33))
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    x = view(torch.randn(64, 33, device=device))
     assert_close_to_ref(K.scale(x, 1.7), scale_ref(x, 1.7), "strided scale")
     e = explain("scale", x)
     assert e.context.layout == "strided" and e.chosen.name == "native/scale"
     for row in ("triton/scale", "jit/scale"):
         assert e.verdict(row).verdict == "filtered"
-    out = torch.empty(64, 66)[:, ::2]
-    y = torch.randn(64, 33)
+    out = torch.empty(64, 66, device=device)[:, ::2]
+    y = torch.randn(64, 33, device=device)
     K.scale(y, 2.0, out=out)
     assert_close_to_ref(out, scale_ref(y, 2.0), "into a strided out")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.defects import output_like
 from rapid_llm.kernels.opdecl import CaseArgs, Reference
 
 #: The benchmark's intermediate size (Llama-3-8B / Mixtral MLP): x is [T, 2 * 14336].
@@ -85,8 +86,8 @@ def oracle(x: torch.Tensor) -> torch.Tensor:
 
 
 def call(fn, x: torch.Tensor) -> torch.Tensor:
-    """Call through ``out=`` pre-filled with NaN: an element the row never writes cannot pass."""
-    out = torch.full((*x.shape[:-1], x.shape[-1] // 2), float("nan"), dtype=x.dtype, device=x.device)
+    """Call through a poisoned ``out=`` (rapid_llm.kernels.defects.output_like): an unwritten element shows."""
+    out = output_like(x, (*x.shape[:-1], x.shape[-1] // 2))
     fn(x, out=out)
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.defects import output_like
 from rapid_llm.kernels.opdecl import CaseArgs, Reference
 
 #: Not a power of two: a power of two only shifts the exponent, so rounding bugs would hide.
@@ -46,8 +47,8 @@ def oracle(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 def call(fn, x: torch.Tensor, factor: float) -> torch.Tensor:
-    """Call through ``out=`` pre-filled with NaN: an element the row never writes cannot pass."""
-    out = torch.full_like(x, float("nan"))
+    """Call through a poisoned ``out=`` (rapid_llm.kernels.defects.output_like): an unwritten element shows."""
+    out = output_like(x)
     fn(x, factor, out=out)
     return out
 

@@ -15,19 +15,11 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.defects import copy_for_row
 from rapid_llm.kernels.opdecl import CaseArgs, Reference
 from rapid_llm.kernels.ops.norm import rms_norm_reference as rms
 
 EPS = rms.EPS
-
-
-def copy_keeping_alignment(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``t`` whose start sits at the same offset within 16 bytes as ``t``'s."""
-    lead = (t.data_ptr() % 16) // t.element_size() if t.numel() else 0
-    buf = torch.empty(t.numel() + lead, dtype=t.dtype, device=t.device)
-    view = buf[lead:].view(t.shape)
-    view.copy_(t)
-    return view
 
 
 def make_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> tuple:
@@ -57,7 +49,7 @@ def oracle(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: f
 
 def call(fn, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """Run the in-place row on copies; return cat(residual, x) flattened, as the oracle does."""
-    x, residual = copy_keeping_alignment(x), copy_keeping_alignment(residual)
+    x, residual = copy_for_row(x, "x"), copy_for_row(residual, "residual")
     result = fn(x, residual, weight, eps)
     if result is not None:
         raise TypeError(f"fused_add_rms_norm works in place and returns None, got {type(result).__name__}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.defects import output_like
 from rapid_llm.kernels.opdecl import CaseArgs, Reference
 
 #: The benchmark's hidden size (the issue's shapes: bf16, H = 4096, T = 1 .. 16384).
@@ -103,8 +104,8 @@ def oracle(x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Ten
 
 
 def call(fn, x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """Call through ``out=`` pre-filled with NaN: an element the row never writes cannot pass."""
-    out = torch.full_like(x, float("nan"))
+    """Call through a poisoned ``out=`` (rapid_llm.kernels.defects.output_like): an unwritten element shows."""
+    out = output_like(x)
     fn(x, weight, eps, out=out)
     return out
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.defects import copy_for_row
 from rapid_llm.kernels.opdecl import CaseArgs, Reference
 
 #: The bench shape: a 32-query-head, 8-key-head model with head_size 128 (a Llama-3-8B layer), full neox rotary.
@@ -154,17 +155,10 @@ def magnitude(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_si
     return _both64(positions, q, k, head_size, cos_sin_cache, is_neox, magnitude=True)
 
 
-def clone_layout(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` with the same strides and storage offset (a plain clone would make a sliced view dense)."""
-    storage_numel = t.untyped_storage().nbytes() // t.element_size()
-    whole = t.as_strided((storage_numel,), (1,), 0).clone()
-    return whole.as_strided(t.shape, t.stride(), t.storage_offset())
-
-
 def call(fn, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor,
          is_neox: bool) -> torch.Tensor:
     """Run ``fn`` on layout-preserving copies of q and k; return both, flattened and concatenated."""
-    q, k = clone_layout(q), clone_layout(k)
+    q, k = copy_for_row(q, "q"), copy_for_row(k, "k")
     result = fn(positions, q, k, head_size, cos_sin_cache, is_neox)
     if result is not None:
         raise TypeError(f"rotary_embedding works in place and returns None; a row returned {type(result).__name__}")

@@ -1,0 +1,200 @@
+"""The ways a wrong kernel passes a plain comparison, and the check that stops each one.
+
+``verify`` (rapid_llm.kernels.golden) runs every reference case through these:
+
+- **guard bands**: every output, and every tensor a row is handed to change
+  in place, lives inside a larger buffer whose bytes around it (and in the
+  gaps of a strided view) hold a canary pattern; any changed byte outside the
+  tensor's own elements is a write out of bounds, reported with its offset;
+- **poison**: outputs start as all-ones bytes (NaN in every float type), and
+  the allocator's free blocks are filled with it before a row runs, so a
+  result that is never written, or a fresh allocation the row returns
+  unwritten, holds the pattern and is named ``unwritten``;
+- **inputs unchanged**: arguments are compared bit for bit after the call
+  (an in-place op's reference calls the row on copies, which it compares
+  against the oracle instead);
+- **another stream** (CUDA): the call runs on a non-default current stream
+  whose inputs are produced behind a delay, and the result is read after
+  synchronising that stream only; a row whose work runs elsewhere reads its
+  inputs early or is read before it finishes;
+- **several seeds**: a row whose output does not change when its input does
+  is ``input_independent``; run twice on one input it is (or is not)
+  deterministic, which is reported as a property.
+
+Reference ``call`` functions make their buffers with :func:`output_like` and
+:func:`copy_for_row`, which are plain allocations outside ``verify``.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+
+__all__ = ["DEFECT_KINDS", "Defect", "output_like", "copy_for_row", "guarded", "poison_free_memory",
+           "changed_arguments", "unwritten_count", "same_bits", "snapshot", "POISON_BYTE", "CANARY_BYTE"]
+
+#: What each kind of defect means; a Defect's ``kind`` is one of these keys.
+DEFECT_KINDS = {
+    "mutated_input": "an input argument changed (the op does not declare mutating it)",
+    "input_independent": "the output did not change when the input did",
+    "unwritten": "output elements still hold the poison pattern: they were never written",
+    "guard_band": "bytes changed next to an output: a write out of bounds",
+    "other_stream": "the work was not ordered on the current stream",
+    "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
+}
+POISON_BYTE = 0xFF  # all-ones: NaN in fp16, bf16, fp32 and fp64
+CANARY_BYTE = 0xA5  # a finite, odd-looking value in every float type
+GUARD_BYTES = 256   # a multiple of 16: the tensor keeps its alignment inside the guarded buffer
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One defect found by ``verify``: its kind (a DEFECT_KINDS key), where, and what was seen."""
+
+    kind: str
+    dtype: str
+    case: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message} ({self.dtype}, case {self.case})"
+
+
+# ------------------------------------------------------------------ guarded buffers
+
+
+@dataclass
+class _Guarded:
+    name: str
+    tensor: torch.Tensor
+    base: torch.Tensor  # uint8, the whole buffer
+
+
+_active: contextvars.ContextVar[list[_Guarded] | None] = contextvars.ContextVar("rapid_llm_guards", default=None)
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[list[_Guarded]]:
+    """While active, output_like / copy_for_row place their tensors inside canary guard bands."""
+    token = _active.set([])
+    try:
+        yield _active.get()
+    finally:
+        _active.reset(token)
+
+
+def _span(shape: Sequence[int], stride: Sequence[int]) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
+
+
+def _typed_bits(byte: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.full((dtype.itemsize,), byte, dtype=torch.uint8, device=device).view(dtype)
+
+
+def _layout_like(shape: Sequence[int], stride: Sequence[int], misalign: int, dtype: torch.dtype,
+                 device: torch.device, name: str) -> torch.Tensor:
+    """An uninitialised tensor of this layout; inside guard bands when guarded() is active."""
+    guards = _active.get()
+    if guards is None:
+        buf = torch.empty(misalign + _span(shape, stride), dtype=dtype, device=device)
+        return buf.as_strided(tuple(shape), tuple(stride), misalign)
+    pad = GUARD_BYTES // dtype.itemsize
+    base = torch.full(((2 * pad + misalign + _span(shape, stride)) * dtype.itemsize,), CANARY_BYTE,
+                      dtype=torch.uint8, device=device)
+    t = base.view(dtype).as_strided(tuple(shape), tuple(stride), pad + misalign)
+    guards.append(_Guarded(name, t, base))
+    return t
+
+
+def output_like(x: torch.Tensor, shape: Sequence[int] | None = None, name: str = "out") -> torch.Tensor:
+    """A contiguous output of ``x``'s dtype and device (shape ``shape`` or ``x``'s), poisoned: never written, it shows."""
+    shape = tuple(x.shape if shape is None else shape)
+    stride = torch.empty(shape, device="meta").stride()
+    t = _layout_like(shape, stride, 0, x.dtype, x.device, name)
+    t.view(_INT_OF_SIZE[x.element_size()]).fill_(-1 if x.element_size() > 1 else POISON_BYTE)
+    return t
+
+
+def copy_for_row(t: torch.Tensor, name: str = "argument") -> torch.Tensor:
+    """A copy of ``t`` with its strides and its misalignment to 16 bytes, for a row to change in place."""
+    misalign = (t.storage_offset() * t.element_size() % 16) // t.element_size()
+    out = _layout_like(t.shape, t.stride(), misalign, t.dtype, t.device, name)
+    out.copy_(t)
+    return out
+
+
+def guard_band_defects(guards: list[_Guarded]) -> list[str]:
+    """One message per guarded tensor whose surrounding bytes changed: how many, and where the first is."""
+    found = []
+    for g in guards:
+        after = g.base.clone()
+        typed = after.view(g.tensor.dtype).as_strided(g.tensor.shape, g.tensor.stride(), g.tensor.storage_offset())
+        typed.copy_(_typed_bits(CANARY_BYTE, g.tensor.dtype, g.base.device).expand(g.tensor.shape))
+        bad = (after != CANARY_BYTE).nonzero().flatten()
+        if bad.numel():
+            start = g.tensor.storage_offset() * g.tensor.element_size()
+            end = start + _span(g.tensor.shape, g.tensor.stride()) * g.tensor.element_size()
+            first = int(bad[0])
+            where = (f"at its start - {start - first} bytes" if first < start else
+                     f"at its end + {first - end} bytes" if first >= end else
+                     f"byte {first - start} of its span, between its elements")
+            found.append(f"{bad.numel()} bytes changed around {g.name} {tuple(g.tensor.shape)}, first {where}")
+    return found
+
+
+# ------------------------------------------------------------------ the other checks
+
+
+def poison_free_memory(nbytes: int, device: torch.device) -> None:
+    """Fill blocks of the allocator's free memory with the poison pattern, so an unwritten allocation shows it."""
+    nbytes = max(int(nbytes), 512)
+    blocks = [torch.full((nbytes,), POISON_BYTE, dtype=torch.uint8, device=device) for _ in range(2)]
+    del blocks
+
+
+def snapshot(args: Sequence[Any]) -> list[torch.Tensor | None]:
+    return [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaNs with the same payload are equal)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        size = _INT_OF_SIZE[a.element_size()]
+        return bool(torch.equal(a.contiguous().view(size), b.contiguous().view(size)))
+    return bool(torch.equal(a, b))
+
+
+def changed_arguments(before: Sequence[torch.Tensor | None], args: Sequence[Any]) -> list[str]:
+    """Messages for each tensor argument that is not bit for bit what it was before the call."""
+    found = []
+    for i, (old, new) in enumerate(zip(before, args)):
+        if old is None or not isinstance(new, torch.Tensor) or same_bits(old, new):
+            continue
+        diff = (old.view(-1) != new.reshape(-1)) if not old.is_floating_point() else \
+            (old.reshape(-1).view(_INT_OF_SIZE[old.element_size()]) != new.reshape(-1).view(_INT_OF_SIZE[old.element_size()]))
+        where = diff.nonzero().flatten()
+        first = int(where[0]) if where.numel() else 0
+        found.append(f"argument {i + 1} {tuple(new.shape)} changed in {int(diff.sum())} elements, first at flat "
+                     f"index {first}")
+    return found
+
+
+def unwritten_count(got: torch.Tensor, exact: torch.Tensor) -> int:
+    """Elements of ``got`` that still hold the poison pattern where the exact answer is not NaN."""
+    if not got.is_floating_point() or got.numel() == 0:
+        return 0
+    poisoned = got.contiguous().view(_INT_OF_SIZE[got.element_size()]) == -1
+    return int((poisoned.to(exact.device) & ~torch.isnan(exact)).sum())
+
+
+#: A delay long enough for a small kernel launched on another stream to run before the inputs exist.
+SIDE_STREAM_DELAY_CYCLES = 2_000_000
