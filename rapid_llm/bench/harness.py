@@ -332,6 +332,11 @@ def bench(fn: Callable[..., Any], *args: Any, bytes_moved: int | None = None, fl
     captures the calls in a CUDA graph so launch overhead drops out of the
     figure. ``fn`` must not depend on state it mutates: use
     :func:`bench_stateful` for that.
+
+    The timer is the current stream's: CUDA events are recorded there, so work
+    ``fn`` launches on another stream is not in the figure (``verify`` names
+    such a row, ``other_stream``). Cold L2 rotates argument sets larger than
+    L2 together, in graph mode too (the graph replays calls over every set).
     """
     return _run("bench", fn, args, kwargs, reset=None, bytes_moved=bytes_moved, flops=flops, cold_l2=cold_l2,
                 graph=graph, warmup=warmup, repeats=repeats, roofline=roofline, label=label)

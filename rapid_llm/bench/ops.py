@@ -26,6 +26,7 @@ class OpMeasurement:
     numel: int
     result: BenchResult
     host_us: float | None = None  # per call back to back, as a caller pays it (bench_host)
+    flag: str | None = None  # why the figure is not believed (and was not recorded), or None
 
     def __str__(self) -> str:
         return f"{self.op} {self.row} {self.dtype} numel={self.numel}: {self.result}"
@@ -89,14 +90,30 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                 result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
                                warmup=warmup, repeats=repeats, label=row, **case.kwargs)
                 host = _host_us(fn, case, result)
-                out.append(OpMeasurement(op, row, dtype, numel, result, host))
-                if record:
+                flag = implausible(result, device)
+                out.append(OpMeasurement(op, row, dtype, numel, result, host, flag))
+                if flag is not None:
+                    print(f"bench_op({op!r}): {row} {dtype} numel={numel} not recorded: {flag}")
+                elif record:
                     _record(op, row, dtype, numel, result, host)
             del case
     if record and out and out[0].result.roofline_gbps:
         measurements.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     return out
+
+
+def implausible(r: BenchResult, device: torch.device) -> str | None:
+    """Why a figure cannot be right, or None: faster than a copy of the same bytes from a working set
+    smaller than L2 means the timer missed work (another stream) or L2 stayed warm."""
+    if r.roofline_fraction is None or r.roofline_fraction <= 1.0 or device.type != "cuda" or not r.bytes_moved:
+        return None
+    from rapid_llm.bench.harness import l2_bytes
+
+    if r.bytes_moved >= l2_bytes(device):
+        return None
+    return (f"{100 * r.roofline_fraction:.0f}% of the copy roofline with {r.bytes_moved} bytes, less than L2: "
+            "work off the current stream escaped the timer, or the data stayed in L2")
 
 
 def stored_figures(r: BenchResult) -> dict[str, Any]:

@@ -163,10 +163,12 @@ class GoldenReport:
     device: str
     results: tuple[DtypeResult, ...]
     record: GoldenRecord
+    findings: tuple[Any, ...] = ()  # compute-sanitizer reports (rapid_llm.kernels.isolate.SanitizerFinding)
+    notes: tuple[str, ...] = ()     # how the checks ran: in a child process, under which sanitizer tools
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        return all(r.passed for r in self.results) and not self.findings
 
     @property
     def defects(self) -> tuple[Defect, ...]:
@@ -175,7 +177,7 @@ class GoldenReport:
 
     def defect_lines(self) -> list[str]:
         """One line per defect, then whether the row is deterministic: what the table does not show."""
-        lines = [f"defect {d}" for d in self.defects]
+        lines = [f"defect {d}" for d in self.defects] + [f"sanitizer {f}" for f in self.findings] + list(self.notes)
         runs = {r.dtype: r.deterministic for r in self.results if r.deterministic is not None}
         if runs:
             same = [d for d, v in runs.items() if v]
@@ -455,7 +457,8 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
 
 def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = None,
            sizes: Sequence[int] | None = None, dtypes: Sequence[str] | None = None,
-           device: torch.device | str | None = None, record: bool = True) -> GoldenReport:
+           device: torch.device | str | None = None, record: bool = True, isolate: bool | None = None,
+           sanitize: bool = False) -> GoldenReport:
     """Check ``row_name`` against its baseline row and the float64 oracle; record the verdict.
 
     Runs on CUDA when the row supports it and a device is visible, else on
@@ -466,11 +469,36 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     GoldenRecord: ``verified`` is the verdict, the diffs are against the
     baseline row. The native floor is its own baseline: it runs twice, so its
     record says whether it is deterministic, and only the oracle sets its bar.
+
+    ``isolate`` (default: for a CUDA row of JIT code not yet verified in this
+    process) first runs the checks in a child process, so a crash or a hang
+    marks the row broken instead of taking this process down;
+    ``sanitize=True`` also runs them under compute-sanitizer's four tools
+    (rapid_llm.kernels.isolate).
     """
     row = _spec.get_row(row_name)
     ref = get_reference(row.op)
     dev = _pick_device(row, device)
     base = _baseline(row)
+    findings, notes = (), []
+    if sanitize or isolate or (dev.type == "cuda" and _should_isolate(row, isolate)):
+        from rapid_llm.kernels import isolate as _isolate
+
+        job = _isolate.recipe(row)
+        if job is None:
+            notes.append("not isolated: a child process cannot rebuild this row (defined in this process)")
+        else:
+            first = _isolate.run_child(job, dtypes=dtypes, sizes=sizes)
+            if first.broken:
+                return _broken(row, base, dev, dtypes, first.message, record)
+            notes.append(f"first run in a child process: {first.status}")
+            _ISOLATED.add(_isolation_key(row))
+            if sanitize:
+                runs = _isolate.sanitize(job, dtypes=dtypes[:1] if dtypes else row.dtypes[:1])
+                findings = tuple(f for r in runs.values() for f in r.findings)
+                notes.append("compute-sanitizer: " + "; ".join(
+                    f"{tool} {r.status}" + (f" ({r.message})" if r.status in ("unavailable", "crashed", "hung") else "")
+                    for tool, r in runs.items()))
     fn = row.load()
     base_fn = base.load()  # for the floor itself: a second run, so the record checks determinism
     if dtypes is None:
@@ -496,4 +524,37 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
             from rapid_llm.kernels.jit_row import remember_verification
 
             remember_verification(digest, golden)
-    return GoldenReport(row.name, row.op, base.name, str(dev), results, golden)
+    return GoldenReport(row.name, row.op, base.name, str(dev), results, golden, findings, tuple(notes))
+
+
+#: Rows whose checks already ran in a child process here (by source digest, or name).
+_ISOLATED: set[str] = set()
+
+
+def _isolation_key(row: KernelSpec) -> str:
+    return getattr(row.target, "digest", None) or getattr(row.target, "built_digest", None) or row.name
+
+
+def _should_isolate(row: KernelSpec, isolate: bool | None) -> bool:
+    if isolate is not None:
+        return isolate
+    import os
+
+    from rapid_llm.kernels.jit_row import JitRow
+
+    return (isinstance(row.target, JitRow) and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0"
+            and _isolation_key(row) not in _ISOLATED)
+
+
+def _broken(row: KernelSpec, base: KernelSpec, dev: torch.device, dtypes: Sequence[str] | None, message: str,
+            record: bool) -> GoldenReport:
+    """The report of a row that crashed or hung its child: failed, with the device's message, recorded broken."""
+    dtypes = tuple(dtypes) if dtypes else row.dtypes
+    results = tuple(DtypeResult(d, False, math.inf, math.inf, None, None, 0, 0, (), "not compared: the row "
+                                "crashed or hung", message) for d in dtypes)
+    golden = GoldenRecord(verified=False, max_abs_diff=None, baseline=base.name)
+    if record:
+        _spec.update_golden(row.name, golden)
+    return GoldenReport(row.name, row.op, base.name, str(dev), results, golden,
+                        notes=(f"broken: {message}", "this process was not touched: its CUDA context and tensors "
+                               "are as they were"))

@@ -54,12 +54,14 @@ class JitRow:
     """
 
     def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
-                 digest: str | None = None, not_built: str | None = None, out: str = "like_input") -> None:
+                 digest: str | None = None, not_built: str | None = None, out: str = "like_input",
+                 flags: tuple[str, ...] = ("-O3",)) -> None:
         if out not in OUT_RULES:
             raise RegistryError(f"{Path(source).name}: out must be one of {', '.join(OUT_RULES)}, got {out!r}")
         self.source = Path(source)
         self.fn = fn
         self.out = out
+        self.flags = tuple(flags)  # the build's nvcc/NVRTC flags (a sanitizer run adds -lineinfo)
         self.digest = digest
         self.not_built = not_built  # why this machine did not build it (a %%cuda_jit cell without CUDA)
         self._launcher = launcher
@@ -77,7 +79,7 @@ class JitRow:
         if self._launcher is None:
             from rapid_llm.kernels.jit import load_jit
 
-            module = load_jit(self.source.stem, str(self.source))
+            module = load_jit(self.source.stem, str(self.source), extra_cuda_cflags=self.flags)
             try:
                 self._launcher = getattr(module, self.fn)
             except AttributeError:

@@ -135,6 +135,14 @@ def load(device_name: str) -> dict[str, Any]:
     return _cached_file(results_path(device_name)) or {"device": device_name, "entries": {}}
 
 
+def committed_for(op: str, start: str | os.PathLike | None = None) -> Path | None:
+    """The first committed results file that holds figures of ``op``, or None."""
+    for path in committed_results(start):
+        if any(e.get("op") == op for e in load_file(path)["entries"].values()):
+            return path
+    return None
+
+
 def committed_results(start: str | os.PathLike | None = None) -> list[Path]:
     """Results files committed under ``benchmarks/results/`` of the project.
 

@@ -96,9 +96,9 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
 
     ``native`` is a shortcut for a notebook: a plain-torch function that
     becomes the row ``native/<name>`` over ``dtypes`` and ``devices``.
-    ``replace=True`` lets a re-run notebook cell declare the op again: the
-    op starts afresh, without the rows of its previous declaration (shipped
-    ones included, until the next process).
+    ``replace=True`` lets a re-run notebook cell declare the op again; a
+    notebook that declares an op the library ships replaces the library's
+    rows of it too (until the next process), keeping rows it registered.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise RegistryError(f"declare_op: the op name must be an identifier, got {name!r}")
@@ -119,9 +119,9 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     if token_numel is not None and (not isinstance(token_numel, int) or token_numel < 1):
         raise RegistryError(f"declare_op({name!r}): token_numel must be a positive int, got {token_numel!r}")
     decl = OpDecl(name, reference, bench, doc, dispatch_arg, token_numel)
-    if replace:  # a new declaration is a new op: rows checked against the old reference do not carry over
-        for old in _spec.rows_for(name):
-            _spec.unregister(old.name)
+    if replace:  # the library's rows were checked against the library's reference: they do not carry over
+        for old in _spec.shipped_rows(name):
+            _spec.unregister(old)
     _spec.declare(decl, replace=replace)
     for row in all_rows:
         _spec.register(row, replace=replace)

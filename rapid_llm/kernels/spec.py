@@ -255,6 +255,7 @@ class _Registry:
         self.by_op: dict[str, list[str]] = {}
         self.decls: dict[str, Any] = {}
         self.discovered = not discover
+        self.shipped: set[str] = set()  # rows the library itself registered (group declarations, .cu rows)
 
 
 _lock = threading.RLock()
@@ -284,6 +285,7 @@ def _discover() -> None:
         if _state.discovered:
             return
         _state.discovered = True  # before importing: a group's declarations look rows up too
+        registered_before = set(_state.rows)  # a notebook may register rows before anything looks one up
         try:
             if _shipped is None:
                 _recording = []
@@ -300,6 +302,7 @@ def _discover() -> None:
                     declare(item) if kind == "decl" else register(item)
             for ref in DISCOVERERS:
                 resolve_ref(ref)()
+            _state.shipped = set(_state.rows) - registered_before
         except BaseException:
             _state.discovered = False
             raise
@@ -407,6 +410,12 @@ def rows_for(op: str) -> list[KernelSpec]:
     """The op's rows in registration order."""
     _discover()
     return [_state.rows[n] for n in _state.by_op.get(op, ())]
+
+
+def shipped_rows(op: str) -> list[str]:
+    """The names of ``op``'s rows that the library registered (not a notebook or a test)."""
+    _discover()
+    return [n for n in _state.by_op.get(op, ()) if n in _state.shipped]
 
 
 def all_ops() -> list[str]:

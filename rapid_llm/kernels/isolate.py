@@ -1,0 +1,200 @@
+"""A row's first runs, and its sanitizer runs, in a child process with a time limit.
+
+In-process, one illegal address or failed device ``assert`` in a freshly built
+kernel leaves the CUDA context unusable (every later CUDA call fails, and the
+notebook must restart and lose its state), and an endless loop hangs it. So
+``verify`` first runs a JIT row's checks in a child Python: a crash or a hang
+there marks the row broken with the device's message and leaves this process
+and its tensors intact. ``verify(row, sanitize=True)`` runs the same child under
+compute-sanitizer (memcheck, racecheck, initcheck, synccheck) with torch's
+caching allocator off, so out-of-bounds writes inside a cached block are seen.
+
+A row can run in a child when the child can rebuild it: a JIT row (its source,
+launcher and out rule) of an op the library declares, or any row whose target
+is an importable ``"module:attr"`` string.
+
+The child is ``python -m rapid_llm.kernels.isolate_child '<recipe json>'``; it prints one JSON line last.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize", "SANITIZER_TOOLS", "TIMEOUT_S",
+           "sanitizer_path"]
+
+#: Seconds a child may take: torch's import and CUDA start-up take a few, a cached build a fraction of one.
+TIMEOUT_S = float(os.environ.get("RAPID_LLM_CHILD_TIMEOUT_S", "120"))
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+#: A %%cuda_jit cell's file has the cell's lines without the magic line: file line N is cell line N + 1.
+CELL_LINE_OFFSET = 1
+#: The prefix of the child's result line (rapid_llm.kernels.isolate_child prints it).
+RESULT_MARK = "RAPID_LLM_CHILD_RESULT "
+
+
+@dataclass(frozen=True)
+class SanitizerFinding:
+    """One compute-sanitizer report: its first line and where (file:line, and the cell line for a cell)."""
+
+    tool: str
+    what: str
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.what}" + (f" at {self.where}" if self.where else "")
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """What a child run of a row's checks came to."""
+
+    status: str  # "passed" | "failed" | "crashed" | "hung" | "unavailable"
+    message: str
+    report: str = ""
+    findings: tuple[SanitizerFinding, ...] = field(default=())
+    golden: dict[str, Any] | None = None
+
+    @property
+    def broken(self) -> bool:
+        """The row took its process down, or never finished."""
+        return self.status in ("crashed", "hung")
+
+
+def recipe(row: Any) -> dict[str, Any] | None:
+    """How a child rebuilds ``row`` (a KernelSpec), or None when it cannot (a function defined in a notebook)."""
+    from rapid_llm.kernels.jit_row import JitRow
+
+    target = row.target
+    if isinstance(target, JitRow):
+        return {"kind": "jit", "name": row.name, "op": row.op, "source": str(target.source), "fn": target.fn,
+                "out": target.out, "dtypes": list(row.dtypes), "layouts": list(row.layouts),
+                "baseline": row.golden.baseline}
+    if isinstance(target, str) and (row.available is None or isinstance(row.available, str)):
+        return {"kind": "ref", "name": row.name, "op": row.op, "backend": row.backend, "target": target,
+                "available": row.available, "dtypes": list(row.dtypes), "devices": list(row.devices),
+                "layouts": list(row.layouts), "baseline": row.golden.baseline}
+    return None
+
+
+def sanitizer_path() -> str | None:
+    """compute-sanitizer on PATH or beside nvcc, else None."""
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidate = Path(nvcc).resolve().parent / "compute-sanitizer"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
+              tool: str | None = None, timeout: float = TIMEOUT_S) -> ChildResult:
+    """Run ``verify`` of the recipe's row in a child Python (under compute-sanitizer ``tool`` if given)."""
+    job = dict(recipe, dtypes_to_check=list(dtypes) if dtypes else None, sizes=list(sizes) if sizes else None,
+               lineinfo=tool is not None)
+    cmd = [sys.executable, "-m", "rapid_llm.kernels.isolate_child", json.dumps(job)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if tool is not None:
+        sanitizer = sanitizer_path()
+        if sanitizer is None:
+            return ChildResult("unavailable", "compute-sanitizer is not installed here (it ships with the CUDA "
+                                              "toolkit, beside nvcc): the sanitizer checks did not run")
+        cmd = [sanitizer, "--tool", tool, "--print-limit", "20", "--show-backtrace", "no"] + \
+              (["--racecheck-report", "all"] if tool == "racecheck" else []) + cmd
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # a write past a tensor inside a cached block is seen
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        tail = _tail((exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""))
+        return ChildResult("hung", f"{recipe['name']} did not finish in {timeout:g} s in a child process (an endless "
+                                   "loop, or a kernel waiting forever); the child was killed" + tail)
+    findings = tuple(parse_sanitizer(proc.stdout + proc.stderr, tool, Path(recipe.get("source", "")))) if tool else ()
+    result = _result_line(proc.stdout)
+    if result is None:
+        return ChildResult("crashed", f"{recipe['name']} crashed its process (exit status {proc.returncode}): "
+                                      f"{_device_message(proc.stderr + proc.stdout)}", findings=findings)
+    if result.get("device_error"):  # the checks caught it, but the child's CUDA context is gone: in ours it would be
+        return ChildResult("crashed", f"{recipe['name']} left its process's CUDA context unusable: "
+                                      f"{result['device_error']}", result.get("report", ""), findings)
+    status = "passed" if result["passed"] and not findings else "failed"
+    return ChildResult(status, result.get("summary", ""), result.get("report", ""), findings, result.get("golden"))
+
+
+def sanitize(recipe: dict[str, Any], tools: Sequence[str] = SANITIZER_TOOLS, *, dtypes: Sequence[str] | None = None,
+             sizes: Sequence[int] = (1, 4097), timeout: float = 600) -> dict[str, ChildResult]:
+    """Each tool's child run; a machine without compute-sanitizer answers once, for every tool."""
+    if sanitizer_path() is None:
+        r = run_child(recipe, tool="memcheck")
+        return {tool: r for tool in tools}
+    return {tool: run_child(recipe, dtypes=dtypes, sizes=sizes, tool=tool, timeout=timeout) for tool in tools}
+
+
+# ------------------------------------------------------------------ reading what the child said
+
+
+def _tail(text: str, n: int = 3) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return ("; last output: " + " | ".join(lines[-n:])) if lines else ""
+
+
+def _result_line(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            try:
+                return json.loads(line[len(RESULT_MARK):])
+            except ValueError:
+                return None
+    return None
+
+
+_DEVICE_ERROR = re.compile(r"(CUDA error: [^\n]*|device-side assert[^\n]*|Assertion `[^\n]*|illegal [^\n]*|"
+                           r"RuntimeError: [^\n]*|Error: [^\n]*)")
+
+
+def _device_message(text: str) -> str:
+    """The device's own words from a crashed child's output: the first CUDA error line, else the last line."""
+    hits = _DEVICE_ERROR.findall(text)
+    if hits:
+        return hits[0].strip()
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no output (killed by a signal?)"
+
+
+_REPORT_START = re.compile(r"^========= (?!ERROR SUMMARY|[A-Z]+ SUMMARY|COMPUTE-SANITIZER|Program hit|Target application)(\S.*)$")
+_AT_SHORT = re.compile(r"(/\S+\.(?:cu|cuh)):(\d+)")
+
+
+def parse_sanitizer(text: str, tool: str | None, source: Path | None = None) -> list[SanitizerFinding]:
+    """The reports in compute-sanitizer's output: each one's first line and its source location, with a
+    cell's file line turned into the cell line the user sees (files saved by %%cuda_jit)."""
+    findings: list[SanitizerFinding] = []
+    for line in text.splitlines():
+        start = _REPORT_START.match(line)
+        if start:
+            at = _AT_SHORT.search(line)
+            what = _AT_SHORT.sub("", start[1]).strip() if at else start[1].strip()
+            where = _where(Path(at[1]), int(at[2]), source) if at else ""
+            findings.append(SanitizerFinding(tool or "", what, where))
+        elif findings and not findings[-1].where and line.startswith("========="):
+            at = _AT_SHORT.search(line)
+            if at:
+                findings[-1] = SanitizerFinding(findings[-1].tool, findings[-1].what,
+                                                _where(Path(at[1]), int(at[2]), source))
+    return findings
+
+
+def _where(path: Path, line: int, source: Path | None) -> str:
+    shown = f"{path.name}:{line}"
+    if source is not None and path.name == source.name and source.parent.parent.name == "csrc" \
+            and "rapid_llm" not in source.parts:
+        shown += f" (cell line {line + CELL_LINE_OFFSET})"
+    return shown

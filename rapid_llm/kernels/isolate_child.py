@@ -1,0 +1,70 @@
+"""The child side of rapid_llm.kernels.isolate: rebuild one row, verify it, print the result as one JSON line.
+
+    python -m rapid_llm.kernels.isolate_child '<recipe json>'
+
+After the checks it asks the device for one more small operation: a kernel
+that faulted leaves the CUDA context unusable even when the checks caught
+its exception, and the parent must hear that the row would have broken its
+process.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rapid_llm.kernels.isolate import RESULT_MARK
+
+
+def register(job: dict[str, Any]) -> str:
+    """Register the row a recipe describes (rapid_llm.kernels.isolate.recipe) in this process; its name."""
+    from rapid_llm.kernels import spec
+    from rapid_llm.kernels.jit_row import JitRow
+    from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+
+    spec.all_ops()  # discover the shipped ops first: the row's op and its baseline come from there
+    golden = GoldenRecord(verified=False, baseline=job.get("baseline"))
+    if job["kind"] == "jit":
+        flags = ("-O3", "-lineinfo") if job.get("lineinfo") else ("-O3",)
+        target = JitRow(job["source"], job["fn"], out=job["out"], flags=flags)
+        row = KernelSpec(name=job["name"], op=job["op"], backend="jit", target=target,
+                         available="rapid_llm.kernels.jit:available", dtypes=tuple(job["dtypes"]),
+                         devices=("cuda",), golden=golden, layouts=tuple(job["layouts"]))
+    else:
+        row = KernelSpec(name=job["name"], op=job["op"], backend=job["backend"], target=job["target"],
+                         available=job.get("available"), dtypes=tuple(job["dtypes"]),
+                         devices=tuple(job["devices"]), golden=golden, layouts=tuple(job["layouts"]))
+    spec.register(row, replace=True)
+    return row.name
+
+
+def device_error() -> str | None:
+    """None when the CUDA context still works (or there is none), else the error it gives."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    except Exception as exc:  # the context is gone: say so in the device's words
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def main(job: dict[str, Any]) -> int:
+    from rapid_llm.kernels.golden import verify
+
+    name = register(job)
+    report = verify(name, dtypes=job.get("dtypes_to_check"), sizes=job.get("sizes"), record=False, isolate=False)
+    g = report.record
+    print(RESULT_MARK + json.dumps({"passed": report.passed, "report": str(report),
+                                    "summary": str(report).splitlines()[0], "device_error": device_error(),
+                                    "golden": {"verified": g.verified, "max_abs_diff": g.max_abs_diff,
+                                               "baseline": g.baseline,
+                                               "per_dtype": [list(p) for p in g.per_dtype]}}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))

@@ -1,0 +1,72 @@
+"""A row's checks in a child process: a crash or a hang is reported and this process goes on; and
+compute-sanitizer's reports parsed from captured output."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rapid_llm.kernels import isolate, spec
+from rapid_llm.kernels.golden import verify
+from rapid_llm.kernels.spec import KernelSpec
+
+MEMCHECK = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at void scale_oob_kernel<float>(float *, const float *, float, long)+0x1b0 in /w/csrc/defects/oob.cu:21
+=========     by thread (255,0,0) in block (16,0,0)
+=========     Address 0x7f2e4c004000 is out of bounds
+=========
+========= ERROR SUMMARY: 1 error
+"""
+RACECHECK = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at void race_kernel<float>(float *, const float *, long)+0x90 in /p/rapid_llm/kernels/csrc/x/race.cu:14
+=========     and Read access at void race_kernel<float>(float *, const float *, long)+0xd0 in /p/rapid_llm/kernels/csrc/x/race.cu:16 [4 hazards]
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+
+def _row(name: str) -> str:
+    spec.register(KernelSpec(name=f"external/{name}", op="scale", backend="external",
+                             target=f"tests.kernels.isolation_rows:{name}", devices=("cpu",), dtypes=("fp32",)))
+    return f"external/{name}"
+
+
+@pytest.mark.parametrize("name, status", [("works", "passed"), ("aborts", "crashed")])
+def test_a_child_reports_how_the_row_ran(name, status):
+    result = isolate.run_child(isolate.recipe(spec.get_row(_row(name))), dtypes=["fp32"], sizes=[1, 4097])
+    assert result.status == status, result.message
+    assert result.broken == (status == "crashed")
+
+
+def test_a_hanging_row_is_killed_at_the_time_limit():
+    result = isolate.run_child(isolate.recipe(spec.get_row(_row("hangs"))), dtypes=["fp32"], sizes=[1], timeout=20)
+    assert result.status == "hung" and "did not finish in 20 s" in result.message
+
+
+def test_verify_of_a_crashing_row_fails_it_and_this_process_goes_on():
+    name = _row("aborts")
+    report = verify(name, dtypes=["fp32"], sizes=[1], isolate=True, device="cpu")
+    assert not report.passed
+    assert report.notes[0].startswith("broken: external/aborts crashed its process")
+    assert spec.get_row(name).golden.verified is False
+    assert torch.ones(2).add(1).tolist() == [2.0, 2.0]  # this process is fine
+
+
+def test_a_row_a_child_cannot_rebuild_runs_here_and_says_so():
+    spec.register(KernelSpec(name="external/local", op="scale", backend="external", target=lambda x, f, out=None:
+                             torch.mul(x, f, out=out), devices=("cpu",), dtypes=("fp32",)))
+    report = verify("external/local", dtypes=["fp32"], sizes=[1], isolate=True, device="cpu")
+    assert report.passed and any("not isolated" in n for n in report.notes)
+
+
+def test_sanitizer_reports_are_parsed_with_cell_lines():
+    found = isolate.parse_sanitizer(MEMCHECK, "memcheck", isolate.Path("/w/csrc/defects/oob.cu"))
+    assert [str(f) for f in found] == ["memcheck: Invalid __global__ write of size 4 bytes at oob.cu:21 (cell line 22)"]
+    race = isolate.parse_sanitizer(RACECHECK, "racecheck", isolate.Path("/p/rapid_llm/kernels/csrc/x/race.cu"))
+    assert len(race) == 1 and race[0].where == "race.cu:14" and race[0].what.startswith("Error: Race reported")
+
+
+def test_without_compute_sanitizer_one_line_says_so(monkeypatch):
+    monkeypatch.setattr(isolate, "sanitizer_path", lambda: None)
+    runs = isolate.sanitize(isolate.recipe(spec.get_row(_row("works"))), tools=("memcheck", "racecheck"))
+    assert {r.status for r in runs.values()} == {"unavailable"}
+    assert runs["memcheck"].message.startswith("compute-sanitizer is not installed here")
