@@ -458,7 +458,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
 def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = None,
            sizes: Sequence[int] | None = None, dtypes: Sequence[str] | None = None,
            device: torch.device | str | None = None, record: bool = True, isolate: bool | None = None,
-           sanitize: bool = False) -> GoldenReport:
+           sanitize: bool | Sequence[str] = False) -> GoldenReport:
     """Check ``row_name`` against its baseline row and the float64 oracle; record the verdict.
 
     Runs on CUDA when the row supports it and a device is visible, else on
@@ -473,8 +473,8 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     ``isolate`` (default: for a CUDA row of JIT code not yet verified in this
     process) first runs the checks in a child process, so a crash or a hang
     marks the row broken instead of taking this process down;
-    ``sanitize=True`` also runs them under compute-sanitizer's four tools
-    (rapid_llm.kernels.isolate).
+    ``sanitize=True`` also runs them under compute-sanitizer's four tools, or
+    under the ones named (``sanitize=("racecheck",)``; rapid_llm.kernels.isolate).
     """
     row = _spec.get_row(row_name)
     ref = get_reference(row.op)
@@ -488,13 +488,15 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
         if job is None:
             notes.append("not isolated: a child process cannot rebuild this row (defined in this process)")
         else:
-            first = _isolate.run_child(job, dtypes=dtypes, sizes=sizes)
-            if first.broken:
-                return _broken(row, base, dev, dtypes, first.message, record)
-            notes.append(f"first run in a child process: {first.status}")
-            _ISOLATED.add(_isolation_key(row))
+            if isolate or _should_isolate(row, isolate):
+                first = _isolate.run_child(job, dtypes=dtypes, sizes=sizes)
+                if first.broken:
+                    return _broken(row, base, dev, dtypes, first.message, record)
+                notes.append(f"first run in a child process: {first.status}")
+                _ISOLATED.add(_isolation_key(row))
             if sanitize:
-                runs = _isolate.sanitize(job, dtypes=dtypes[:1] if dtypes else row.dtypes[:1])
+                tools = _isolate.SANITIZER_TOOLS if sanitize is True else tuple(sanitize)
+                runs = _isolate.sanitize(job, tools, dtypes=dtypes[:1] if dtypes else row.dtypes[:1])
                 findings = tuple(f for r in runs.values() for f in r.findings)
                 notes.append("compute-sanitizer: " + "; ".join(
                     f"{tool} {r.status}" + (f" ({r.message})" if r.status in ("unavailable", "crashed", "hung") else "")

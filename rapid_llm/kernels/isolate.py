@@ -111,6 +111,7 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
         cmd = [sanitizer, "--tool", tool, "--print-limit", "20", "--show-backtrace", "no"] + \
               (["--racecheck-report", "all"] if tool == "racecheck" else []) + cmd
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # a write past a tensor inside a cached block is seen
+        env["RAPID_LLM_GUARD_BANDS"] = "0"  # and not absorbed by a guard band
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
@@ -132,6 +133,9 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
 def sanitize(recipe: dict[str, Any], tools: Sequence[str] = SANITIZER_TOOLS, *, dtypes: Sequence[str] | None = None,
              sizes: Sequence[int] = (1, 4097), timeout: float = 600) -> dict[str, ChildResult]:
     """Each tool's child run; a machine without compute-sanitizer answers once, for every tool."""
+    unknown = [t for t in tools if t not in SANITIZER_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown compute-sanitizer tool {unknown[0]!r}; the tools are {', '.join(SANITIZER_TOOLS)}")
     if sanitizer_path() is None:
         r = run_child(recipe, tool="memcheck")
         return {tool: r for tool in tools}
