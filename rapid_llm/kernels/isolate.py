@@ -173,27 +173,33 @@ def _device_message(text: str) -> str:
     return lines[-1].strip() if lines else "no output (killed by a signal?)"
 
 
-_REPORT_START = re.compile(r"^========= (?!ERROR SUMMARY|[A-Z]+ SUMMARY|COMPUTE-SANITIZER|Program hit|Target application)(\S.*)$")
-_AT_SHORT = re.compile(r"(/\S+\.(?:cu|cuh)):(\d+)")
+_REPORT_START = re.compile(r"^========= (?!ERROR SUMMARY|[A-Z]+ SUMMARY|COMPUTE-SANITIZER|Program hit|Target application|"
+                           r"Error: process didn't terminate)(\S.*)$")
+_AT_SHORT = re.compile(r"([\w./-]+\.(?:cu|cuh)):(\d+)")
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
 
 
 def parse_sanitizer(text: str, tool: str | None, source: Path | None = None) -> list[SanitizerFinding]:
     """The reports in compute-sanitizer's output: each one's first line and its source location, with a
-    cell's file line turned into the cell line the user sees (files saved by %%cuda_jit)."""
-    findings: list[SanitizerFinding] = []
+    cell's file line turned into the cell line the user sees (files saved by %%cuda_jit). Reports that
+    differ only in an address (racecheck gives one per shared-memory byte) are counted as one."""
+    found: list[SanitizerFinding] = []
     for line in text.splitlines():
         start = _REPORT_START.match(line)
         if start:
             at = _AT_SHORT.search(line)
             what = _AT_SHORT.sub("", start[1]).strip() if at else start[1].strip()
             where = _where(Path(at[1]), int(at[2]), source) if at else ""
-            findings.append(SanitizerFinding(tool or "", what, where))
-        elif findings and not findings[-1].where and line.startswith("========="):
+            found.append(SanitizerFinding(tool or "", what, where))
+        elif found and not found[-1].where and line.startswith("========="):
             at = _AT_SHORT.search(line)
             if at:
-                findings[-1] = SanitizerFinding(findings[-1].tool, findings[-1].what,
-                                                _where(Path(at[1]), int(at[2]), source))
-    return findings
+                found[-1] = SanitizerFinding(found[-1].tool, found[-1].what, _where(Path(at[1]), int(at[2]), source))
+    counts: dict[tuple[str, str], list[SanitizerFinding]] = {}
+    for f in found:
+        counts.setdefault((_ADDRESS.sub("0x...", f.what), f.where), []).append(f)
+    return [SanitizerFinding(fs[0].tool, what if len(fs) == 1 else f"{what} ({len(fs)} reports)", where)
+            for (what, where), fs in counts.items()]
 
 
 def _where(path: Path, line: int, source: Path | None) -> str:

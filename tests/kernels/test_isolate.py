@@ -65,6 +65,28 @@ def test_sanitizer_reports_are_parsed_with_cell_lines():
     assert len(race) == 1 and race[0].where == "race.cu:14" and race[0].what.startswith("Error: Race reported")
 
 
+RACECHECK_WARP = """========= COMPUTE-SANITIZER
+========= Warning: (Warp Level Programming) Potential RAW hazard detected at __shared__ 0x440 in block (0,0,0) :
+=========     Write Thread (16,0,0) at void rms_norm_race_kernel<float>(float *, const float *, const float *, int, float)+0x5f0 in rms_norm_race.cu:31
+=========     Read Thread (0,0,0) at void rms_norm_race_kernel<float>(float *, const float *, const float *, int, float)+0x5d0 in rms_norm_race.cu:31
+=========     Current Value : 0, Incoming Value : 0
+=========
+========= Warning: (Warp Level Programming) Potential RAW hazard detected at __shared__ 0x441 in block (0,0,0) :
+=========     Write Thread (16,0,0) at void rms_norm_race_kernel<float>(float *, const float *, const float *, int, float)+0x5f0 in rms_norm_race.cu:31
+=========     Read Thread (0,0,0) at void rms_norm_race_kernel<float>(float *, const float *, const float *, int, float)+0x5d0 in rms_norm_race.cu:31
+=========
+========= Error: process didn't terminate successfully
+========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)
+"""
+
+
+def test_reports_that_differ_in_an_address_are_one_finding_at_a_relative_path():
+    found = isolate.parse_sanitizer(RACECHECK_WARP, "racecheck", isolate.Path("/w/csrc/defects/rms_norm_race.cu"))
+    assert [str(f) for f in found] == [
+        "racecheck: Warning: (Warp Level Programming) Potential RAW hazard detected at __shared__ 0x... in block "
+        "(0,0,0) : (2 reports) at rms_norm_race.cu:31 (cell line 32)"]
+
+
 def test_without_compute_sanitizer_one_line_says_so(monkeypatch):
     monkeypatch.setattr(isolate, "sanitizer_path", lambda: None)
     runs = isolate.sanitize(isolate.recipe(spec.get_row(_row("works"))), tools=("memcheck", "racecheck"))
