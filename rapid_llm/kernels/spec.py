@@ -22,6 +22,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Union
@@ -276,6 +277,16 @@ _shipped: list[tuple[str, Any]] | None = None
 _recording: list[tuple[str, Any]] | None = None
 
 
+def _from_group() -> bool:
+    """Whether the registration being made comes from an op group's module (it belongs to the shipped set)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(OPS_PACKAGE + "."):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _discover() -> None:
     """Import every op group and register the .cu rows, once per registry (first lookup)."""
     global _shipped, _recording
@@ -367,6 +378,9 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
         _state.rows[spec.name] = spec
         if _recording is not None:
             _recording.append(("row", spec))
+        elif _shipped is not None and _from_group():  # a group imported before the first discovery
+            _shipped.append(("row", spec))
+            _state.shipped.add(spec.name)
         names = _state.by_op.setdefault(spec.op, [])
         if spec.name not in names:
             names.append(spec.name)
@@ -432,6 +446,8 @@ def declare(decl: Any, *, replace: bool = False) -> None:
         _state.decls[decl.name] = decl
         if _recording is not None:
             _recording.append(("decl", decl))
+        elif _shipped is not None and _from_group():
+            _shipped.append(("decl", decl))
         _changed()
 
 

@@ -135,3 +135,16 @@ def test_a_notebook_declaring_a_shipped_op_replaces_the_librarys_rows_and_keeps_
                    bench=lambda n, d, dev: CaseArgs(()))
         assert [r.name for r in spec.rows_for("rms_norm")] == ["triton/mine", "native/rms_norm"]
     assert len(spec.rows_for("rms_norm")) == 3  # the shipped op is back outside the notebook's registry
+
+
+def test_a_group_imported_before_the_first_lookup_is_in_every_fresh_registry():
+    """Importing a group module first (a test's reference import) must not leave its op out of fresh registries."""
+    import subprocess
+    import sys
+
+    code = ("import rapid_llm.kernels.ops.rope.rotary_embedding_reference\n"
+            "from rapid_llm.kernels import spec\n"
+            "with spec.isolated(discover=True):\n"
+            "    print('rotary_embedding' in spec.all_ops(), len(spec.rows_for('rotary_embedding')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "3"], out.stdout + out.stderr
