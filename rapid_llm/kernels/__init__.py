@@ -37,6 +37,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "get_op": ("rapid_llm.kernels.dispatch", "get_op"),
     # golden verification
     "verify": ("rapid_llm.kernels.golden", "verify"),
+    "inspect": ("rapid_llm.kernels.inspection", "inspect"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -165,7 +165,7 @@ def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequen
     if key_name not in builders():
         raise ValueError(f"unknown JIT builder {builder!r}; registered: {', '.join(builders())}")
     chosen = _builder(key_name)
-    key = cache_key(path, flags, key_name)
+    key = cache_key(path, flags, key_name + getattr(chosen, "revision", ""))
     build_dir = cache_root() / f"{name}_{key[:16]}"
     request = BuildRequest(name, path, flags, key, build_dir, verbose)
     so = _cached_binary(build_dir)

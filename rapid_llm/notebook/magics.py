@@ -149,7 +149,7 @@ class CudaJitMagics(Magics):
             return
         status = StatusLine(live=getattr(self.shell, "kernel", None) is not None)
         result = self._build(args, name, path, shown, flags, builder, status)
-        self._expose(args, name, shown, digest, dtypes, result, status)
+        self._expose(args, name, shown, digest, dtypes, result, status, flags)
 
     def _without_build(self, args: Any, name: str, path: Path, shown: str, digest: str, dtypes: tuple[str, ...],
                        reason: str) -> None:
@@ -239,7 +239,7 @@ class CudaJitMagics(Magics):
         return True
 
     def _expose(self, args: Any, name: str, shown: str, digest: str, dtypes: tuple[str, ...],
-                result: Any, status: StatusLine) -> None:
+                result: Any, status: StatusLine, flags: tuple[str, ...]) -> None:
         functions = cell_rows.exported_functions(result.module)
         launcher = cell_rows.pick_launcher(functions, name, args.fn) if args.op is not None else None
         self._bind(name, functions)
@@ -251,13 +251,19 @@ class CudaJitMagics(Magics):
             how += f" (the cell took {cell_s:.1f} s: importing torch and starting CUDA)"
         bound = ", ".join(f"{f}()" for f in functions) or "no functions"
         line = f"{how} -> {bound} bound"
+        from rapid_llm.kernels.buildfacts import notable
+
+        worth_knowing = notable(getattr(result.module, "__build_facts__", None) or {})
+        if worth_knowing:  # spills or low occupancy: said at once; inspect(row) has the rest
+            line += " [" + "; ".join(worth_knowing[:2]) + (f"; +{len(worth_knowing) - 2} more" if len(worth_knowing) > 2
+                                                          else "") + "]"
         if launcher is not None:
             row = cell_rows.row_name(name)
             from rapid_llm.kernels.jit_row import JitRow
 
             spec, kept = cell_rows.register_cell_row(
                 name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest,
-                                                out=args.out),
+                                                out=args.out, flags=tuple(flags)),
                 available="rapid_llm.kernels.jit:available", dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
                 description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",

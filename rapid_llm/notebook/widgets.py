@@ -22,6 +22,7 @@ import argparse
 import base64
 import html
 import io
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -429,6 +430,43 @@ class BenchPlot(_View):
         dtype.observe(refresh, names="value")
         metric.observe(refresh, names="value")
         return ipywidgets.VBox([ipywidgets.HBox([dtype, metric]), image, table])
+
+
+def inspect_widget(inspection: Any) -> Any:
+    """A row's build facts table, with a kernel picker, SASS/PTX switch and a search box over the code.
+
+    ``inspection`` is what rapid_llm.kernels.inspect returns; printed, it is the same table as text.
+    """
+    w = ipywidgets
+    from rapid_llm.notebook.tables import _table
+
+    table = w.HTML(_table(str(inspection).splitlines()[0], inspection.HEAD,
+                          [(r, "#ffffff") for r in inspection.rows()], inspection.notes))
+    kernels = inspection.kernels()
+    if not kernels:
+        return table
+    names = {inspection.facts[k].label: k for k in kernels}
+    picker = w.Dropdown(options=list(names), description="kernel", layout=w.Layout(width="90%"))
+    kinds = [k for k, text in (("SASS", inspection.sass), ("PTX", inspection.ptx)) if text]
+    kind = w.ToggleButtons(options=kinds or ["SASS"])
+    search = w.Text(placeholder="search (regex)", description="find")
+    code = w.HTML()
+
+    def redraw(*_: Any) -> None:
+        text = inspection.code(names[picker.value], kind.value.lower()) or f"no {kind.value} for this kernel here"
+        pattern = search.value
+        if pattern:
+            try:
+                rx = re.compile(pattern)
+                text = "\n".join(line for line in text.splitlines() if rx.search(line)) or f"no line matches {pattern!r}"
+            except re.error as exc:
+                text = f"not a regex: {exc}"
+        code.value = f"<pre style='max-height:24em;overflow:auto'>{html.escape(text)}</pre>"
+
+    for control in (picker, kind, search):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([table, picker, w.HBox([kind, search]), code])
 
 
 def bench_plot(op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,

@@ -159,3 +159,14 @@ def test_fn_picks_the_launcher(shell, gcc):
     assert "launcher b()" in spec.get_row("jit/two").description
     with pytest.raises(UsageError, match=r"--fn c: the module exports no function 'c' \(it exports: a, b\)"):
         shell.run_cell_magic("cuda_jit", "two --op scale --fn c", TWO_FUNCTIONS)
+
+
+def test_the_status_line_says_what_is_notable_about_the_build(shell, gcc, capsys, monkeypatch):
+    """Spills or occupancy below 50 % (rapid_llm.kernels.buildfacts.notable) are said in the cell's one line."""
+    from rapid_llm.kernels import buildfacts
+
+    monkeypatch.setattr(buildfacts, "notable", lambda facts, threads=256: ["k: 80 B spill stores, 96 B spill loads "
+                                                                            "per thread", "k2: 25% occupancy", "k3"])
+    shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(7))
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "bound [k: 80 B spill stores, 96 B spill loads per thread; k2: 25% occupancy; +1 more]" in line

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from rapid_llm.kernels import buildfacts
 from rapid_llm.kernels.fastpath import device, symbols
 
 __all__ = ["FastBuilder", "HOST_FLAGS"]
@@ -120,6 +121,8 @@ class FastBuilder:
     """Builds a source that includes ``common/rapid_llm.cuh`` (and no torch header)."""
 
     name = "fast"
+    #: Part of the cache key: a build of an older revision lacks what this one keeps (build_facts.json).
+    revision = "2"
 
     def __init__(self, device_compiler: str | None = None) -> None:
         self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)
@@ -159,8 +162,12 @@ class FastBuilder:
         if request.verbose and code.log.strip():
             print(code.log)
         self._check_agreement(kernels, code, src)
+        names = {code.lowered.get(k.name_expression, k.symbol): k.demangled for k in kernels}
+        buildfacts.write_facts(out_dir / buildfacts.FACTS_FILE, buildfacts.parse_ptxas(code.log, names))
         cubin = out_dir / "kernels.cubin"
         cubin.write_bytes(code.cubin)
+        if code.ptx:
+            (out_dir / "kernels.ptx").write_text(code.ptx)
         stub = out_dir / "kernel_table.c"
         stub.write_text(_stub_source(cubin, [k.symbol for k in kernels]))
         so = out_dir / f"{request.name}.so"
@@ -194,7 +201,9 @@ class FastBuilder:
         from rapid_llm.kernels.fastpath.binding import load_module
         from rapid_llm.kernels.jit_cache import module_name
 
-        return load_module(so, module_name(request))
+        module = load_module(so, module_name(request))
+        module.__build_facts__ = buildfacts.read_facts(so.parent / buildfacts.FACTS_FILE) or {}
+        return module
 
 
 def _demangle(symbol: str) -> str:

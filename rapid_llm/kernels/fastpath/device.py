@@ -32,11 +32,12 @@ class DeviceCompileError(RuntimeError):
 class DeviceCode:
     """A compiled cubin and the device symbol of each launched kernel."""
 
-    def __init__(self, cubin: bytes, lowered: dict[str, str], compiler: str, log: str) -> None:
+    def __init__(self, cubin: bytes, lowered: dict[str, str], compiler: str, log: str, ptx: str | None = None) -> None:
         self.cubin = cubin
         self.lowered = lowered  # name expression -> device symbol
         self.compiler = compiler
         self.log = log
+        self.ptx = ptx  # NVRTC's PTX of the program (the nvcc pass keeps none)
 
 
 @functools.cache
@@ -120,7 +121,7 @@ def _compile_nvrtc(lib: ctypes.CDLL, version: str, source: Path, kernels: Sequen
     try:
         for k in kernels:
             check(lib.nvrtcAddNameExpression(prog, k.name_expression.encode()), f"name {k.name_expression}")
-        options = [f"--gpu-architecture={arch}", "-std=c++17",
+        options = [f"--gpu-architecture={arch}", "-std=c++17", "--ptxas-options=-v",  # -v: build facts
                    *(f"-I{d}" for d in _include_dirs(source, include_dirs)), *_nvrtc_options(flags)]
         argv = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         result = lib.nvrtcCompileProgram(prog, len(options), argv)
@@ -139,7 +140,11 @@ def _compile_nvrtc(lib: ctypes.CDLL, version: str, source: Path, kernels: Sequen
         lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         cubin = ctypes.create_string_buffer(size.value)
         check(lib.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return DeviceCode(cubin.raw, lowered, version, log)
+        ptx = None
+        if lib.nvrtcGetPTXSize(prog, ctypes.byref(size)) == 0:
+            buf = ctypes.create_string_buffer(size.value)
+            ptx = buf.value.decode(errors="replace") if lib.nvrtcGetPTX(prog, buf) == 0 else None
+        return DeviceCode(cubin.raw, lowered, version, log, ptx)
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
@@ -167,7 +172,7 @@ def _compile_nvcc(source: Path, kernels: Sequence[KernelRef], arch: str, flags: 
     wrapper.write_text("\n".join(lines) + "\n")
     out = work_dir / "device_pass.cubin"
     virtual = arch.replace("sm_", "compute_")
-    cmd = [nvcc, "-cubin", f"-gencode=arch={virtual},code={arch}", "-std=c++17",
+    cmd = [nvcc, "-cubin", f"-gencode=arch={virtual},code={arch}", "-std=c++17", "-Xptxas=-v",  # -v: build facts
            *(f"-I{d}" for d in _include_dirs(source, include_dirs)), *flags, str(wrapper), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
     log = proc.stdout + proc.stderr

@@ -1,0 +1,66 @@
+"""Build facts: ptxas's report parsed from captured output, occupancy from it, and inspect() on a shipped row."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rapid_llm.kernels import buildfacts, inspection
+from rapid_llm.kernels.buildfacts import KernelFacts
+
+SAMPLES = Path(__file__).parent / "samples"
+VEC4, VEC2 = "_Z19rms_norm_vec_kernelIfLi4EEvPT_PKS0_S3_lif", "_Z19rms_norm_vec_kernelIfLi2EEvPT_PKS0_S3_lif"
+SCALE = "_Z16scale_vec_kernelIfEvPT_PKS0_fl"
+
+
+def test_nvrtc_report_is_parsed_per_kernel():
+    facts = buildfacts.parse_ptxas((SAMPLES / "ptxas_nvrtc.log").read_text(), {VEC4: "rms_norm_vec_kernel<float, 4>"})
+    assert set(facts) == {VEC4, VEC2}
+    assert facts[VEC4] == KernelFacts(VEC4, "rms_norm_vec_kernel<float, 4>", "sm_90", registers=60, barriers=1,
+                                      smem_static=64)
+    assert facts[VEC2].registers == 40 and facts[VEC2].label == VEC2
+
+
+def test_spills_from_nvcc_are_parsed_and_called_out():
+    facts = buildfacts.parse_ptxas((SAMPLES / "ptxas_nvcc_maxrregcount16.log").read_text())
+    f = facts[SCALE]
+    assert (f.registers, f.stack_frame, f.spill_stores, f.spill_loads) == (24, 80, 80, 96)
+    assert buildfacts.notable(facts) == [f"{SCALE}: 80 B spill stores, 96 B spill loads per thread"]
+
+
+@pytest.mark.parametrize("registers, smem, threads, percent, limiter", [
+    (32, 64, 256, 100, "warps"),
+    (40, 64, 256, 75, "registers"),      # 1280 registers a warp: 6 blocks of 8 warps
+    (60, 64, 256, 50, "registers"),
+    (128, 0, 256, 25, "registers"),
+    (32, 100_000, 256, 25, "shared memory"),  # two blocks of ~98 KiB fit in 228 KiB
+    (32, 0, 32, 50, "blocks"),           # 32 one-warp blocks at most
+])
+def test_occupancy_follows_the_sm90_rules(registers, smem, threads, percent, limiter):
+    occ = buildfacts.occupancy(KernelFacts("k", arch="sm_90a", registers=registers, smem_static=smem), threads)
+    assert (round(100 * occ.fraction), occ.limiter) == (percent, limiter), str(occ)
+
+
+def test_low_occupancy_is_notable_and_unknown_archs_are_refused():
+    assert "25% occupancy" in buildfacts.notable({"k": KernelFacts("k", arch="sm_90", registers=128)})[0]
+    with pytest.raises(ValueError, match="no occupancy limits for sm_70"):
+        buildfacts.occupancy(KernelFacts("k", arch="sm_70", registers=32), 256)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
+                    reason="the fast path needs g++ and nvcc (the device pass) to build the row")
+def test_inspect_of_a_shipped_row_shows_its_kernels_and_code(monkeypatch):
+    which = shutil.which  # as on a machine without the SASS tools
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool in ("nvdisasm", "cuobjdump") else which(tool))
+    report = inspection.inspect("jit/scale")
+    assert len(report.facts) == 6 and all(f.registers > 0 for f in report.facts.values())
+    assert any("SASS: neither nvdisasm nor cuobjdump is installed here" in n for n in report.notes)
+    vec = next(s for s, f in report.facts.items() if f.label.startswith("void scale_vec_kernel<float>"))
+    if report.ptx is not None:  # NVRTC's pass keeps the PTX: the 128-bit streaming loads are there to see
+        assert "ld.global.cs.v4" in report.code(vec, "ptx")
+    assert "registers" in str(report).splitlines()[1]
+
+
+def test_rows_without_build_facts_say_why():
+    assert "build facts are kept for fast-path JIT rows only" in inspection.inspect("triton/scale").notes[0]
