@@ -8,11 +8,12 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register %%cuda_jit (its Magics instance also joins ``%config``'s configurables) and the renderers."""
-    from rapid_llm.notebook import render
+    from rapid_llm.notebook import native_output, render
     from rapid_llm.notebook.magics import CudaJitMagics
 
     ipython.register_magics(CudaJitMagics(shell=ipython))
     render.attach(ipython)
+    native_output.attach(ipython)  # a kernel's printf shows in the cell that ran it
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -22,6 +23,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     manager.magics["cell"].pop("cuda_jit", None)
     if instance is not None and instance in ipython.configurables:
         ipython.configurables.remove(instance)
-    from rapid_llm.notebook import render
+    from rapid_llm.notebook import native_output, render
 
     render.detach(ipython)
+    native_output.detach(ipython)
