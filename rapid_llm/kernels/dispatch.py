@@ -206,10 +206,17 @@ class _OpMethods:
 
     __slots__ = ()
 
-    def _entry(self, x: torch.Tensor, contiguous: bool, capturing: bool) -> tuple[Callable[..., Any], bool]:
-        """The callable and graph safety of the row that serves tensors like ``x``."""
+    def _entry(self, x: torch.Tensor, contiguous: bool, capturing: bool,
+               has_out: bool = False) -> tuple[Callable[..., Any], bool]:
+        """The callable and graph safety of the row that serves tensors like ``x``.
+
+        A row's function may offer ``specialize(x, has_out)``: a cheaper callable that computes the
+        same for such calls (the floor of scale is ``torch.mul`` itself on CUDA without ``out=``).
+        """
         row = resolve(self.name, x, capturing=capturing, layout="contiguous" if contiguous else "strided")
-        return row.call_path(), row.graph_safe
+        fn = row.call_path()
+        specialize = getattr(fn, "specialize", None)
+        return (specialize(x, has_out) or fn) if specialize is not None else fn, row.graph_safe
 
     def rows(self) -> list[KernelSpec]:
         return rows_for(self.name)
@@ -243,20 +250,21 @@ class Op(_OpMethods):
             out = kwargs.get("out")
             if isinstance(out, torch.Tensor):
                 contiguous = contiguous and out.is_contiguous()
-            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous)  # an int hashes faster than a device
+            has_out = out is not None
+            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous, has_out)  # ints hash fast
         except (AttributeError, IndexError):
             got = type(args[self.dispatch_arg]).__name__ if len(args) > self.dispatch_arg else "nothing"
             raise TypeError(f"{self.name}(): argument {self.dispatch_arg + 1} must be a torch.Tensor, "
                             f"got {got}") from None
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._entry(x, contiguous, False)
+            entry = self._cache[key] = self._entry(x, contiguous, False, has_out)
         fn, safe = entry
         if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
             ckey = key + (CAPTURING,)
             entry = self._cache.get(ckey)
             if entry is None:
-                entry = self._cache[ckey] = self._entry(x, contiguous, True)
+                entry = self._cache[ckey] = self._entry(x, contiguous, True, has_out)
             fn = entry[0]
         return fn(*args, **kwargs) if kwargs else fn(*args)
 

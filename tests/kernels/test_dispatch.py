@@ -421,3 +421,22 @@ def test_errors_at_the_top_level_are_one_clear_line():
     with pytest.raises(RegistryError, match=r"op 'scale' has no row for int32 on cpu") as info:
         K.scale(torch.ones(3, dtype=torch.int32), 2.0)
     assert info.value.__context__ is None  # no internal KeyError chained under it
+
+
+def test_the_floor_may_serve_a_call_with_a_cheaper_callable_that_computes_the_same(call_impl):
+    """scale's floor offers torch.mul itself where it computes exactly what the floor does (no out=, not a
+    half type on CPU); with out= the floor's own checks stay in the path."""
+    from rapid_llm.kernels import triton_support
+
+    triton_support.serve_interpreter(False)  # the floor answers CPU calls here, not Triton's interpreter
+    call = dispatch.get_op("scale")
+    x = torch.randn(64)
+    assert call._entry(x, True, False, False)[0] is torch.mul
+    assert call._entry(x, True, False, True)[0] is not torch.mul
+    assert call._entry(x.half(), True, False, False)[0] is not torch.mul  # CPU half: through fp32 explicitly
+    assert torch.equal(call(x, 1.7), torch.mul(x, 1.7))
+    out = torch.empty(64)
+    assert call(x, 1.7, out=out) is out and torch.equal(out, torch.mul(x, 1.7))
+    assert call.cached_entries() == 2  # one resolution without out=, one with
+    with pytest.raises(ValueError, match="scale: out must match input shape"):
+        call(x, 1.7, out=torch.empty(3))

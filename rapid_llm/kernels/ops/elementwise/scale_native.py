@@ -29,3 +29,14 @@ def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -
     if input.device.type == "cpu" and input.dtype in _HALF:
         return out.copy_(input.float().mul_(factor))
     return torch.mul(input, factor, out=out)
+
+
+def _specialize(input: torch.Tensor, has_out: bool):
+    """What dispatch may call instead for calls like this one: ``torch.mul`` itself where it computes exactly
+    what ``scale`` does (no ``out=``, not a half type on CPU), so the floor costs a caller nothing."""
+    if has_out or (input.is_cpu and input.dtype in _HALF):
+        return None
+    return torch.mul
+
+
+scale.specialize = _specialize
