@@ -8,12 +8,14 @@
 #                                          # harness checks, dispatch overhead, widget PNGs for docs/
 #   scripts/gpu_validate.sh OUTDIR llm     # the LLM ops over tokens against torch.compile (JSON for
 #                                          # benchmarks/results/, the log for benchmarks/results/logs/)
+#   scripts/gpu_validate.sh OUTDIR checks  # verify's defect kernels, the sanitizer, strided dispatch, a kernel's
+#                                          # printf in its cell, SASS in inspect(), dispatch overhead
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -44,7 +46,14 @@ case $stage in
   llm)
     step llm_ops python benchmarks/bench_llm_ops.py --results benchmarks/results
     ;;
+  checks)
+    step strided python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_dispatch.py -k "strided and cuda"
+    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_defects_gpu.py
+    step defect_table python scripts/defect_table.py
+    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_inside_a_kernel_gpu.py
+    step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
+    ;;
   *)
-    echo "unknown stage $stage (tests, jit, bench or llm)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, jit, bench, llm or checks)" >&2; exit 2 ;;
 esac
 exit $status

@@ -109,7 +109,7 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
 
 def sass_of(cubin: Path) -> tuple[str | None, str | None]:
     """(SASS listing of ``cubin``, None) or (None, one line saying why there is none)."""
-    for tool, args in (("nvdisasm", ["-c", "-g"]), ("cuobjdump", ["-sass"])):
+    for tool, args in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c", "-g"])):
         exe = shutil.which(tool)
         if exe is None:
             continue

@@ -1,0 +1,61 @@
+"""On a GPU: a kernel's printf reaches the cell that ran it, and inspect() shows SASS beside the build facts.
+
+    python -m pytest tests/notebook/test_inside_a_kernel_gpu.py -m gpu -s
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)"),
+]
+
+PRINTF_CELL = textwrap.dedent("""\
+    %%cuda_jit say_hello --group scratch
+    #include "common/rapid_llm.cuh"
+    #if RL_DEVICE
+    __global__ void hello_kernel(int n) {
+      if (threadIdx.x < n) printf("hello from thread %d\\n", static_cast<int>(threadIdx.x));
+    }
+    #endif
+    #if RL_HOST
+    __global__ void hello_kernel(int n);
+    void say_hello(int64_t n) { rl::launch(hello_kernel, 1, 32, 0, static_cast<int>(n)); }
+    RL_EXPORT(say_hello)
+    #endif
+""")
+
+
+def test_a_kernel_printf_shows_in_the_cell_that_ran_it(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell("import torch\ntorch.ones(1, device='cuda')\n%load_ext rapid_llm"),
+                             new_code_cell(PRINTF_CELL),
+                             new_code_cell("say_hello(3)"),
+                             new_code_cell("print('next cell')")])
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(o.get("text", "") for o in nb.cells[2].outputs if o.get("output_type") == "stream")
+    assert [line for line in text.splitlines() if line.startswith("hello")] == \
+        [f"hello from thread {i}" for i in range(3)], nbformat.writes(nb)[-2000:]
+    assert "hello" not in "".join(o.get("text", "") for o in nb.cells[3].outputs)
+
+
+@pytest.mark.skipif(shutil.which("cuobjdump") is None and shutil.which("nvdisasm") is None,
+                    reason="needs cuobjdump or nvdisasm (CUDA toolkit)")
+def test_inspect_shows_sass_per_kernel_and_the_vector_loads():
+    import rapid_llm.kernels as K
+
+    report = K.inspect("jit/scale")
+    vec = next(s for s, f in report.facts.items() if f.label.startswith("void scale_vec_kernel<float>"))
+    sass = report.code(vec, "sass")
+    assert sass is not None and re.search(r"LDG\.E\.(\w+\.)*128", sass), (report.sass or "")[:2000]
+    print(report)
