@@ -32,6 +32,7 @@ exact answer is NaN too.
 from __future__ import annotations
 
 import math
+import os
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -542,8 +543,6 @@ def _isolation_key(row: KernelSpec) -> str:
 def _should_isolate(row: KernelSpec, isolate: bool | None) -> bool:
     if isolate is not None:
         return isolate
-    import os
-
     from rapid_llm.kernels.jit_row import JitRow
 
     return (isinstance(row.target, JitRow) and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0"

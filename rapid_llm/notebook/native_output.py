@@ -35,7 +35,7 @@ def flush_native_output(*_: Any) -> None:
     if _libc is None:
         _libc = ctypes.CDLL(None)
     _libc.fflush(None)
-    if cuda_started or getattr(sys.stdout, "_should_watch", False) or hasattr(sys.stdout, "watchfd"):
+    if cuda_started:  # only a device flush needs the forwarder's moment; C stdio alone it already handles
         time.sleep(FORWARD_WAIT_S)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -309,10 +309,9 @@ class BenchPlot(_View):
         doc = measurements.load(name)
         if any(e["op"] == op for e in doc["entries"].values()) or device_name is not None:
             return doc, "this machine" if device_name is None else "results store"
-        for path in measurements.committed_results():
-            committed = measurements.load_file(path)
-            if any(e["op"] == op for e in committed["entries"].values()):
-                return committed, "committed results"
+        path = measurements.committed_for(op)
+        if path is not None:
+            return measurements.load_file(path), "committed results"
         return doc, "this machine"
 
     @property
