@@ -38,6 +38,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # golden verification
     "verify": ("rapid_llm.kernels.golden", "verify"),
     "inspect": ("rapid_llm.kernels.inspection", "inspect"),
+    "profile": ("rapid_llm.kernels.profiling", "profile"),
 }
 
 __all__ = sorted(_EXPORTS)

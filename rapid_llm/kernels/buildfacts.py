@@ -35,6 +35,7 @@ class KernelFacts:
     spill_stores: int = 0    # bytes per thread
     spill_loads: int = 0
     cmem: int = 0            # bytes of the kernel's constant bank (parameters included)
+    threads_per_block: int = 0  # the block size it launches with, where the compiler fixes it (Triton: warps x 32)
 
     @property
     def spills(self) -> int:
@@ -164,7 +165,7 @@ def notable(facts: dict[str, KernelFacts], threads_per_block: int = 256) -> list
         if f.spills:
             out.append(f"{f.label}: {f.spill_stores} B spill stores, {f.spill_loads} B spill loads per thread")
         try:
-            occ = occupancy(f, threads_per_block)
+            occ = occupancy(f, f.threads_per_block or threads_per_block)
         except ValueError:
             continue
         if occ.fraction < 0.5:

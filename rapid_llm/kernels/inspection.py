@@ -4,8 +4,12 @@ For a JIT row built on the fast path: registers, spills, static shared and
 local memory per kernel (ptxas's report, kept with the build), the
 theoretical occupancy at a block size, the PTX (NVRTC's), and the SASS where
 ``cuobjdump`` or ``nvdisasm`` is installed (with source lines when the row
-was built with ``-lineinfo``). Rows built otherwise say what is not known
-about them, in one line each.
+was built with ``-lineinfo``). For a Triton row: the same facts of each
+specialisation Triton compiled (rapid_llm.kernels.triton_facts), at the
+block size Triton launches it with. Where a GPU is present, each occupancy
+is also asked of the CUDA driver (rapid_llm.kernels.occupancy_api), and a
+disagreement is said. Rows built otherwise say what is not known about
+them, in one line each.
 """
 from __future__ import annotations
 
@@ -32,10 +36,19 @@ class Inspection:
     ptx: str | None = None
     sass: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: per kernel and kind ("sass", "ptx"): code kept apart where one listing cannot be split by symbol
+    #: (a Triton kernel's specialisations share one name)
+    kernel_code: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: per kernel: resident blocks per SM as the CUDA driver computes it, where a GPU was there to ask
+    driver_blocks: dict[str, int] = field(default_factory=dict)
+
+    def block_size(self, symbol: str) -> int:
+        """The block size a kernel's occupancy is given at: its own where the compiler fixes it."""
+        return self.facts[symbol].threads_per_block or self.threads_per_block
 
     def occupancy(self, symbol: str) -> Occupancy | None:
         try:
-            return buildfacts.occupancy(self.facts[symbol], self.threads_per_block)
+            return buildfacts.occupancy(self.facts[symbol], self.block_size(symbol))
         except ValueError:
             return None
 
@@ -44,6 +57,8 @@ class Inspection:
 
     def code(self, symbol: str, kind: str = "sass") -> str | None:
         """One kernel's SASS or PTX (the whole listing split at its kernels)."""
+        if symbol in self.kernel_code:
+            return self.kernel_code[symbol].get(kind)
         text = self.sass if kind == "sass" else self.ptx
         return None if text is None else split_by_kernel(text, kind).get(symbol)
 
@@ -52,14 +67,16 @@ class Inspection:
         for symbol, f in self.facts.items():
             occ = self.occupancy(symbol)
             out.append((f.label, str(f.registers), f"{f.spill_stores}/{f.spill_loads}", str(f.smem_static),
-                        str(f.stack_frame), "-" if occ is None else f"{100 * occ.fraction:.0f}% ({occ.limiter})"))
+                        str(f.stack_frame), str(self.block_size(symbol)),
+                        "-" if occ is None else f"{100 * occ.fraction:.0f}% ({occ.limiter})"))
         return out
 
-    HEAD = ("kernel", "registers", "spill B st/ld", "static smem B", "stack B", "occupancy")
+    HEAD = ("kernel", "registers", "spill B st/ld", "static smem B", "stack B", "block", "occupancy")
 
     def __str__(self) -> str:
-        lines = [f"inspect({self.row!r}): {len(self.facts)} kernels; occupancy at {self.threads_per_block} "
-                 "threads per block"]
+        fixed = self.facts and all(f.threads_per_block for f in self.facts.values())
+        lines = [f"inspect({self.row!r}): {len(self.facts)} kernels; occupancy at "
+                 + ("each kernel's own block size" if fixed else f"{self.threads_per_block} threads per block")]
         table = [self.HEAD, *self.rows()]
         if self.facts:
             widths = [max(len(r[i]) for r in table) for i in range(len(self.HEAD) - 1)]
@@ -79,10 +96,11 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     row = spec.get_row(row) if isinstance(row, str) else row
     result = Inspection(row.name, threads_per_block)
     target = row.target
+    if row.backend == "triton" and isinstance(target, str):
+        _triton(row, result)
+        return result
     if not isinstance(target, JitRow):
-        result.notes.append(f"{row.name} is a {row.backend} row: build facts are kept for fast-path JIT rows only"
-                            + (" (a Triton kernel's n_regs / n_spills exist after a launch on a GPU)"
-                               if row.backend == "triton" else ""))
+        result.notes.append(f"{row.name} is a {row.backend} row: build facts exist for JIT and Triton rows")
         return result
     if target.not_built is not None:
         result.notes.append(f"{row.name} was not built on this machine: {target.not_built}")
@@ -104,7 +122,99 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     if missing:
         result.notes.append(missing)
     result.notes += [f"notable: {n}" for n in buildfacts.notable(facts, threads_per_block)]
+    cubin = built.build_dir / "kernels.cubin"
+    if cubin.exists():
+        image = cubin.read_bytes()
+        _ask_the_driver(result, {s: (image, s, 0) for s in result.facts})
     return result
+
+
+def _triton(row: Any, result: Inspection) -> None:
+    """Facts of every specialisation Triton compiled for the row; compiles the op's bench case if none is."""
+    import os
+
+    from rapid_llm.kernels import triton_facts
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        result.notes.append(f"{row.name}: Triton's interpreter runs it here (TRITON_INTERPRET=1), so nothing is "
+                            "compiled and there are no build facts")
+        return
+    fns = triton_facts.jit_functions(row.target)
+    compiled = [k for fn in fns for k in triton_facts.compiled_kernels(fn)]
+    if not compiled:
+        _compile_bench_case(row, result)
+        compiled = [k for fn in fns for k in triton_facts.compiled_kernels(fn)]
+    if not compiled:
+        return
+    result.facts = {k.facts.symbol: k.facts for k in compiled}
+    sass, missing = _sass_by_kernel(compiled)
+    result.kernel_code = {k.facts.symbol: {kind: text for kind, text in (("ptx", k.ptx), ("sass", sass.get(k.facts.symbol)))
+                                           if text} for k in compiled}
+    result.ptx = "\n".join(k.ptx for k in compiled if k.ptx) or None
+    result.sass = "\n".join(sass.values()) or None
+    if missing:
+        result.notes.append(missing)
+    result.notes += [f"notable: {n}" for n in buildfacts.notable(result.facts)]
+    # Triton's shared memory is dynamic: the driver is asked with it as the launch's dynamic size
+    _ask_the_driver(result, {k.facts.symbol: (k.cubin, k.facts.symbol.partition("[")[0], k.facts.smem_static)
+                             for k in compiled if k.cubin})
+
+
+def _sass_by_kernel(kernels: list[Any]) -> tuple[dict[str, str], str | None]:
+    """Each compiled Triton kernel's SASS (from its own cubin) by symbol, and why some are missing."""
+    import tempfile
+
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, k in enumerate(kernels):
+            if not k.cubin:
+                continue
+            path = Path(tmp) / f"k{i}.cubin"
+            path.write_bytes(k.cubin)
+            text, missing = sass_of(path)
+            if text is None:
+                return out, missing
+            out[k.facts.symbol] = text
+    return out, None
+
+
+def _compile_bench_case(row: Any, result: Inspection) -> None:
+    """Triton compiles at a kernel's first launch: launch the row once on the op's bench case, per dtype."""
+    import torch
+
+    from rapid_llm.kernels.opdecl import get_decl
+    from rapid_llm.kernels.platform import torch_dtype
+
+    if not torch.cuda.is_available() or "cuda" not in row.devices:
+        result.notes.append(f"{row.name} has no compiled Triton kernel in this process, and there is no GPU here to "
+                            "compile one on (Triton compiles a kernel at its first launch)")
+        return
+    fn = row.load()
+    for dtype in row.dtypes:
+        case = get_decl(row.op).bench(4096, torch_dtype(dtype), torch.device("cuda"))
+        fn(*case.args, **case.kwargs)
+    torch.cuda.synchronize()
+    result.notes.append(f"compiled by one launch per dtype on {row.op}'s bench case (4096 elements): "
+                        f"{', '.join(row.dtypes)}")
+
+
+def _ask_the_driver(result: Inspection, images: dict[str, tuple[bytes, str, int]]) -> None:
+    """Check each computed occupancy against the CUDA driver's, where a GPU is here to ask.
+
+    ``images``: per kernel, (its cubin, its symbol in that cubin, dynamic shared memory per block)."""
+    from rapid_llm.kernels import occupancy_api
+
+    if not images or not occupancy_api.available():
+        return
+    for symbol, (image, name, dynamic_smem) in images.items():
+        blocks = occupancy_api.blocks_per_sm(image, name, result.block_size(symbol), dynamic_smem)
+        if blocks is None:
+            continue
+        result.driver_blocks[symbol] = blocks
+        ours = result.occupancy(symbol)
+        if ours is not None and ours.blocks_per_sm != blocks:
+            result.notes.append(f"{result.facts[symbol].label}: the CUDA driver gives {blocks} blocks per SM at "
+                                f"{result.block_size(symbol)} threads, the occupancy rules here {ours.blocks_per_sm}")
 
 
 def sass_of(cubin: Path) -> tuple[str | None, str | None]:

@@ -289,10 +289,10 @@ class BenchPlot(_View):
     """
 
     def __init__(self, op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
-                 source: str | Path | None = None, rows: Sequence[str] | None = None):
+                 source: str | Path | None = None, rows: Sequence[str] | None = None, profile: Any = None):
         if metric not in ("gbps", "latency"):
             raise ValueError(f"bench_plot({op!r}): metric must be 'gbps' or 'latency', got {metric!r}")
-        self.op, self.metric, self.dtype = op, metric, dtype
+        self.op, self.metric, self.dtype, self.profile = op, metric, dtype, profile
         self.doc, self.origin = self._load(op, device_name, source)
         self.entries = [e for e in self.doc["entries"].values()
                         if e["op"] == op and (rows is None or e["row"] in rows)]
@@ -412,6 +412,24 @@ class BenchPlot(_View):
         return (f"<div><b>{html.escape(self.title())}</b><br/>{_img_tag(_png(self.figure()), self.title())}"
                 f"{self.tables_html()}</div>")
 
+    def row_names(self) -> list[str]:
+        return sorted({e["row"] for e in self.entries})
+
+    def why(self, row: str) -> str:
+        """What explains a row's line: its kernels' build facts (inspect) and, when the plot was given a
+        profile, what Nsight Compute measured of them."""
+        from rapid_llm.kernels import inspect
+
+        lines = [str(inspect(row))]
+        if self.profile is not None:
+            mine = [r for r in self.profile.rows() if r[0] == row]
+            if mine:
+                lines += ["Nsight Compute: " + "  ".join(f"{h} {v}" for h, v in zip(self.profile.HEAD[1:], r[1:]))
+                          for r in mine]
+            else:
+                lines.append(f"Nsight Compute: {row} is not in the profile given ({self.profile.target})")
+        return "\n".join(lines)
+
     def widget(self) -> ipywidgets.Widget:
         # a dtype with no figures yet is not among the options: start on "all" then
         # "all" is a string value: ipywidgets shows an option whose value is None as no selection
@@ -428,7 +446,15 @@ class BenchPlot(_View):
 
         dtype.observe(refresh, names="value")
         metric.observe(refresh, names="value")
-        return ipywidgets.VBox([ipywidgets.HBox([dtype, metric]), image, table])
+        why = ipywidgets.Dropdown(options=[("a row's line...", "")] + [(r, r) for r in self.row_names()],
+                                  value="", description="why?")
+        reason = ipywidgets.HTML()
+
+        def explain_row(_: Any = None) -> None:
+            reason.value = "" if not why.value else f"<pre>{html.escape(self.why(why.value))}</pre>"
+
+        why.observe(explain_row, names="value")
+        return ipywidgets.VBox([ipywidgets.HBox([dtype, metric]), image, table, why, reason])
 
 
 def inspect_widget(inspection: Any) -> Any:
@@ -469,9 +495,11 @@ def inspect_widget(inspection: Any) -> Any:
 
 
 def bench_plot(op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
-               source: str | Path | None = None, rows: Sequence[str] | None = None) -> BenchPlot:
-    """The benchmark plot of ``op`` (``metric`` 'gbps' or 'latency'), of every row or of ``rows`` only."""
-    return BenchPlot(op, metric=metric, dtype=dtype, device_name=device_name, source=source, rows=rows)
+               source: str | Path | None = None, rows: Sequence[str] | None = None, profile: Any = None) -> BenchPlot:
+    """The benchmark plot of ``op`` (``metric`` 'gbps' or 'latency'), of every row or of ``rows`` only; its
+    "why?" picker explains a row's line by the row's build facts and, given one, ``profile``'s figures."""
+    return BenchPlot(op, metric=metric, dtype=dtype, device_name=device_name, source=source, rows=rows,
+                     profile=profile)
 
 
 # -------------------------------------------------------------------- docs

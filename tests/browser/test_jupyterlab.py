@@ -38,7 +38,7 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 ERROR_MIME = "application/vnd.jupyter.stderr"
 WIDGET_REPR = re.compile(r"\b(?:HBox|VBox|Tab)\(children=")
 #: Calls that display one of the project's widgets: a notebook making any shows at least one widget.
-WIDGET_CALLS = ("bench_plot(", "golden_widget(", "explain_widget(")
+WIDGET_CALLS = ("bench_plot(", "golden_widget(", "explain_widget(", "inspect_widget(")
 BUILT_STATUS = re.compile(r"^(?:built in|loaded from cache in) [\d.]+ s.* -> .* bound")
 
 

@@ -62,5 +62,33 @@ def test_inspect_of_a_shipped_row_shows_its_kernels_and_code(monkeypatch):
     assert "registers" in str(report).splitlines()[1]
 
 
-def test_rows_without_build_facts_say_why():
-    assert "build facts are kept for fast-path JIT rows only" in inspection.inspect("triton/scale").notes[0]
+def test_rows_without_build_facts_say_why(monkeypatch):
+    assert "build facts exist for JIT and Triton rows" in inspection.inspect("native/scale").notes[0]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "Triton's interpreter runs it here" in inspection.inspect("triton/scale").notes[0]
+
+
+class _FakeCompiled:
+    """What Triton 3.6 keeps per compiled specialisation (the attributes read; seen on an H200)."""
+
+    class metadata:  # noqa: N801 - Triton's attribute name
+        name, num_warps, shared = "_scale_kernel", 4, 0
+
+        class target:  # noqa: N801
+            arch = 90
+
+    n_regs, n_spills, asm = 40, 3, {"ptx": ".visible .entry _scale_kernel(", "cubin": b""}
+
+
+def test_triton_specialisations_become_build_facts_at_their_own_block_size():
+    from rapid_llm.kernels import triton_facts
+
+    class Fn:
+        device_caches = {0: ({"[('*bf16', 'D'), ('*bf16', 'D'), ('fp32', None), ('i32', 'D'), ('constexpr', 4096)]"
+                              "{'debug': False, 'instrumentation_mode': ''}": _FakeCompiled()}, None, None, None, None)}
+
+    [k] = triton_facts.compiled_kernels(Fn())
+    f = k.facts
+    assert f.symbol == "_scale_kernel[*bf16,*bf16,fp32,i32,4096]" and f.label == "_scale_kernel(*bf16, *bf16, fp32, i32, 4096)"
+    assert (f.arch, f.registers, f.threads_per_block, f.spill_stores, f.stack_frame) == ("sm_90", 40, 128, 12, 12)
+    assert k.ptx.startswith(".visible") and "12 B spill stores" in buildfacts.notable({f.symbol: f})[0]

@@ -32,7 +32,10 @@ PRINTF_CELL = textwrap.dedent("""\
 """)
 
 
-def test_a_kernel_printf_shows_in_the_cell_that_ran_it(tmp_path):
+def test_a_kernel_printf_shows_in_the_cell_that_ran_it(tmp_path, monkeypatch):
+    # ipykernel forwards file descriptor 1 to the cell except under pytest (it looks for this variable);
+    # the kernel process inherits our environment, so it must not see it
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     from nbformat.v4 import new_code_cell, new_notebook
@@ -55,7 +58,8 @@ def test_inspect_shows_sass_per_kernel_and_the_vector_loads():
     import rapid_llm.kernels as K
 
     report = K.inspect("jit/scale")
-    vec = next(s for s, f in report.facts.items() if f.label.startswith("void scale_vec_kernel<float>"))
+    print(report)
+    vec = next((s for s, f in report.facts.items() if f.label.startswith("void scale_vec_kernel<float>")), None)
+    assert vec is not None, f"no scale_vec_kernel<float> among the build facts:\n{report}"
     sass = report.code(vec, "sass")
     assert sass is not None and re.search(r"LDG\.E\.(\w+\.)*128", sass), (report.sass or "")[:2000]
-    print(report)

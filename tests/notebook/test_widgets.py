@@ -81,6 +81,22 @@ def test_bench_plot_from_the_store(tmp_path):
     box.children[0].children[1].value = "latency"
     assert plot.metric == "latency"
     assert plot.save_png(tmp_path / "bench.png").read_bytes().startswith(PNG_MAGIC)
+    why, reason = box.children[3], box.children[4]
+    assert why.options[1:] == (("native/scale", "native/scale"), ("reference/copy", "reference/copy"))
+    why.value = "native/scale"  # a point on the plot, explained by its row's build facts
+    assert "inspect(&#x27;native/scale&#x27;)" in reason.value and "native row" in reason.value
+
+
+def test_bench_plot_explains_a_row_by_its_profile_too(tmp_path):
+    from rapid_llm.kernels.profiling import KernelProfile, Profile
+
+    measurements.record("scale", "native/scale", "cpu", "fp32", 1024, 1.0, gbps=8.0, roofline_fraction=0.4)
+    k = KernelProfile("native/scale", "void at::vectorized_elementwise_kernel<8>(int)", "(128, 1, 1)", "(8, 1, 1)",
+                      17344.0, 1.0, 1.0, 2.6e12, 54.6, 20.8, 77.7, 100.0, 49.7, 32.0, (("long_scoreboard", 43.7),))
+    plot = widgets.bench_plot("scale", device_name="cpu", profile=Profile("scale", [k]))
+    text = plot.why("native/scale")
+    assert "Nsight Compute: kernel at::vectorized_elementwise_kernel<8>" in text and "long_scoreboard 43.7" in text
+    assert "triton/scale is not in the profile given" in plot.why("triton/scale")
 
 
 def test_bench_plot_falls_back_to_committed_results_with_gpu_and_date(isolated, monkeypatch):

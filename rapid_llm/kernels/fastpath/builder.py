@@ -122,7 +122,7 @@ class FastBuilder:
 
     name = "fast"
     #: Part of the cache key: a build of an older revision lacks what this one keeps (build_facts.json).
-    revision = "2"
+    revision = "3"
 
     def __init__(self, device_compiler: str | None = None) -> None:
         self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)

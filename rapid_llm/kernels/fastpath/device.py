@@ -8,6 +8,7 @@ source with ``__CUDACC__`` defined, so only its ``#if RL_DEVICE`` part.
 from __future__ import annotations
 
 import ctypes
+import re
 import functools
 import glob
 import os
@@ -122,6 +123,7 @@ def _compile_nvrtc(lib: ctypes.CDLL, version: str, source: Path, kernels: Sequen
         for k in kernels:
             check(lib.nvrtcAddNameExpression(prog, k.name_expression.encode()), f"name {k.name_expression}")
         options = [f"--gpu-architecture={arch}", "-std=c++17", "--ptxas-options=-v",  # -v: build facts
+                   *_no_nvrtc_cache(version),
                    *(f"-I{d}" for d in _include_dirs(source, include_dirs)), *_nvrtc_options(flags)]
         argv = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         result = lib.nvrtcCompileProgram(prog, len(options), argv)
@@ -147,6 +149,13 @@ def _compile_nvrtc(lib: ctypes.CDLL, version: str, source: Path, kernels: Sequen
         return DeviceCode(cubin.raw, lowered, version, log, ptx)
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _no_nvrtc_cache(version: str) -> list[str]:
+    """NVRTC 12.9 on keeps a cache of its own, and a program it finds there gets no ptxas report in its log
+    (so no build facts); rapid_llm's build cache already keeps each build, so NVRTC's is turned off."""
+    found = re.match(r"NVRTC (\d+)\.(\d+)", version)
+    return ["--no-cache"] if found and (int(found[1]), int(found[2])) >= (12, 9) else []
 
 
 def _nvrtc_checker(lib: ctypes.CDLL):
