@@ -8,6 +8,7 @@ test_defects_gpu.py, and built here in test_defects_build.py.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rapid_llm.kernels import spec
 from rapid_llm.kernels.defects import DEFECT_KINDS
@@ -51,8 +52,12 @@ def python_row(fn: str) -> str:
     return name
 
 
-def verify_fp32(name: str) -> GoldenReport:
-    return verify(name, dtypes=["fp32"], device="cpu")
+def verify_fp32(name: str, device: str = "cpu") -> GoldenReport:
+    return verify(name, dtypes=["fp32"], device=device)
+
+
+#: Triton kernels run compiled on a GPU, and in Triton's interpreter on CPU (tests/conftest.py sets it there only).
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def kinds(report: GoldenReport) -> set[str]:
@@ -74,11 +79,11 @@ def assert_clean(report: GoldenReport) -> None:
 
 @pytest.mark.parametrize(("fn", "kind", "values_pass"), TRITON_DEFECTS, ids=[d[0] for d in TRITON_DEFECTS])
 def test_triton_defect_is_caught(fn, kind, values_pass):
-    assert_caught(verify_fp32(triton_row(fn)), kind, values_pass)
+    assert_caught(verify_fp32(triton_row(fn), TRITON_DEVICE), kind, values_pass)
 
 
 def test_triton_fixed_twin_passes():
-    report = verify_fp32(triton_row("scale_fixed"))
+    report = verify_fp32(triton_row("scale_fixed"), TRITON_DEVICE)
     assert_clean(report)
     assert report["fp32"].deterministic is True
 
