@@ -27,3 +27,16 @@ def test_op_lookup_and_explain_on_cpu_stay_light():
             "import torch, rapid_llm.kernels as K\n"
             "K.scale\nK.explain('scale', torch.ones(8))")
     assert _loaded_after(code) <= {"rapid_llm.kernels.jit"}
+
+
+def test_load_ext_imports_no_inspection_profiling_or_sanitizer_code():
+    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance().run_line_magic('load_ext', 'rapid_llm')")
+    probe = (f"{code}\nimport sys\nprint(' '.join(m for m in {LOOK_INSIDE!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []
+
+
+#: What only inspect(), profile() and verify(sanitize=...) need: loaded when called, never by %load_ext.
+LOOK_INSIDE = ("rapid_llm.kernels.inspection", "rapid_llm.kernels.profiling", "rapid_llm.kernels.occupancy_api",
+               "rapid_llm.kernels.triton_facts", "rapid_llm.kernels.isolate")

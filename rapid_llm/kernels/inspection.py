@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rapid_llm.kernels import buildfacts
+from rapid_llm.kernels import buildfacts, cell_lines
 from rapid_llm.kernels.buildfacts import KernelFacts, Occupancy
 
-__all__ = ["Inspection", "inspect", "sass_of", "split_by_kernel"]
+__all__ = ["Inspection", "inspect", "sass_of", "split_by_kernel", "annotate_cell_lines"]
 
 
 @dataclass
@@ -118,7 +118,13 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     result.ptx = ptx.read_text() if ptx.exists() else None
     if result.ptx is None:
         result.notes.append("PTX: kept by the NVRTC device pass only; this build used nvcc")
-    result.sass, missing = sass_of(built.build_dir / "kernels.cubin")
+    lineinfo = any(f in ("-lineinfo", "--generate-line-info") for f in target.flags)
+    result.sass, missing = sass_of(built.build_dir / "kernels.cubin", lineinfo=lineinfo)
+    if result.sass is not None and lineinfo:
+        result.sass = annotate_cell_lines(result.sass, Path(target.source))
+    elif result.sass is not None:
+        result.notes.append("SASS without source lines: build the row with -lineinfo "
+                            "(%%cuda_jit ... --flags \"-lineinfo\") to see the source line of each block")
     if missing:
         result.notes.append(missing)
     result.notes += [f"notable: {n}" for n in buildfacts.notable(facts, threads_per_block)]
@@ -217,9 +223,11 @@ def _ask_the_driver(result: Inspection, images: dict[str, tuple[bytes, str, int]
                                 f"{result.block_size(symbol)} threads, the occupancy rules here {ours.blocks_per_sm}")
 
 
-def sass_of(cubin: Path) -> tuple[str | None, str | None]:
-    """(SASS listing of ``cubin``, None) or (None, one line saying why there is none)."""
-    for tool, args in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c", "-g"])):
+def sass_of(cubin: Path, lineinfo: bool = False) -> tuple[str | None, str | None]:
+    """(SASS listing of ``cubin``, None) or (None, one line saying why there is none). With ``lineinfo`` (a
+    build with -lineinfo) nvdisasm goes first: it prints the source line of each block; cuobjdump does not."""
+    tools = [("cuobjdump", ["-sass"]), ("nvdisasm", ["-c", "-g"])]
+    for tool, args in (reversed(tools) if lineinfo else tools):
         exe = shutil.which(tool)
         if exe is None:
             continue
@@ -228,6 +236,18 @@ def sass_of(cubin: Path) -> tuple[str | None, str | None]:
             return proc.stdout, None
     return None, ("SASS: neither nvdisasm nor cuobjdump is installed here (both ship with the CUDA toolkit, "
                   "beside nvcc)")
+
+
+_LINE_NOTE = re.compile(r'(//## File "([^"]+)", line (\d+))')
+
+
+def annotate_cell_lines(sass: str, source: Path) -> str:
+    """nvdisasm's ``//## File ".../name.cu", line 12`` gets ``(cell line 13)`` where the file is the row's cell."""
+    def tell(m: re.Match) -> str:
+        shown = cell_lines.where(Path(m[2]), int(m[3]), source)
+        return m[1] + shown[shown.index(" ("):] if " (" in shown else m[1]
+
+    return _LINE_NOTE.sub(tell, sass)
 
 
 _PTX_ENTRY = re.compile(r"^\.(?:visible|weak) \.entry (\S+?)\(", re.M)

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from rapid_llm.kernels import cell_lines
+
 __all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize", "SANITIZER_TOOLS", "TIMEOUT_S",
            "sanitizer_path"]
 
 #: Seconds a child may take: torch's import and CUDA start-up take a few, a cached build a fraction of one.
 TIMEOUT_S = float(os.environ.get("RAPID_LLM_CHILD_TIMEOUT_S", "120"))
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-#: A %%cuda_jit cell's file has the cell's lines without the magic line: file line N is cell line N + 1.
-CELL_LINE_OFFSET = 1
 #: The prefix of the child's result line (rapid_llm.kernels.isolate_child prints it).
 RESULT_MARK = "RAPID_LLM_CHILD_RESULT "
 
@@ -189,22 +189,15 @@ def parse_sanitizer(text: str, tool: str | None, source: Path | None = None) -> 
         if start:
             at = _AT_SHORT.search(line)
             what = _AT_SHORT.sub("", start[1]).strip() if at else start[1].strip()
-            where = _where(Path(at[1]), int(at[2]), source) if at else ""
+            where = cell_lines.where(Path(at[1]), int(at[2]), source) if at else ""
             found.append(SanitizerFinding(tool or "", what, where))
         elif found and not found[-1].where and line.startswith("========="):
             at = _AT_SHORT.search(line)
             if at:
-                found[-1] = SanitizerFinding(found[-1].tool, found[-1].what, _where(Path(at[1]), int(at[2]), source))
+                at_cell = cell_lines.where(Path(at[1]), int(at[2]), source)
+                found[-1] = SanitizerFinding(found[-1].tool, found[-1].what, at_cell)
     counts: dict[tuple[str, str], list[SanitizerFinding]] = {}
     for f in found:
         counts.setdefault((_ADDRESS.sub("0x...", f.what), f.where), []).append(f)
     return [SanitizerFinding(fs[0].tool, what if len(fs) == 1 else f"{what} ({len(fs)} reports)", where)
             for (what, where), fs in counts.items()]
-
-
-def _where(path: Path, line: int, source: Path | None) -> str:
-    shown = f"{path.name}:{line}"
-    if source is not None and path.name == source.name and source.parent.parent.name == "csrc" \
-            and "rapid_llm" not in source.parts:
-        shown += f" (cell line {line + CELL_LINE_OFFSET})"
-    return shown

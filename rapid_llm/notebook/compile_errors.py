@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rapid_llm.kernels.cell_lines import cell_line
 from rapid_llm.kernels.jit import BuildError
 
 __all__ = ["CellBuildError", "cell_diagnostics", "first_error"]
@@ -29,9 +30,6 @@ _AT_LINE = re.compile(r"at line (\d+) of (\S+)")
 _AT_LINE_BARE = re.compile(r"at line (\d+)\b(?! of)")  # nvcc's note when the line is in the same file
 _GCC_ECHO = re.compile(r"^(\s*)(\d+)( \|.*)$")  # gcc's "   12 |   source" under a diagnostic
 
-#: The %%cuda_jit line is line 1 of the cell in the editor; the saved file starts below it.
-CELL_LINE_OFFSET = 1
-
 MAX_LINES = 40
 
 
@@ -46,13 +44,9 @@ def _is_cell(file: str, source: Path) -> bool:
     return Path(file.strip('"')).name == source.name
 
 
-def _cell_line(file_line: str | int) -> int:
-    return int(file_line) + CELL_LINE_OFFSET
-
-
 def _tell(match: re.Match, source: Path) -> str:
     if _is_cell(match["file"], source):
-        return f"cell line {_cell_line(match['line'])}: {match['rest']}"
+        return f"cell line {cell_line(match['line'])}: {match['rest']}"
     return f"{match['file']}({match['line']}): {match['rest']}"
 
 
@@ -61,10 +55,10 @@ def _map_context(line: str, source: Path, in_cell: bool) -> str:
     if in_cell:
         echo = _GCC_ECHO.match(line)
         if echo:
-            return f"{echo[1]}{_cell_line(echo[2])}{echo[3]}"
-    line = _AT_LINE.sub(lambda m: f"at cell line {_cell_line(m[1])}" if _is_cell(m[2], source) else m[0], line)
+            return f"{echo[1]}{cell_line(echo[2])}{echo[3]}"
+    line = _AT_LINE.sub(lambda m: f"at cell line {cell_line(m[1])}" if _is_cell(m[2], source) else m[0], line)
     if in_cell:
-        line = _AT_LINE_BARE.sub(lambda m: f"at cell line {_cell_line(m[1])}", line)
+        line = _AT_LINE_BARE.sub(lambda m: f"at cell line {cell_line(m[1])}", line)
     return line
 
 

@@ -92,3 +92,21 @@ def test_triton_specialisations_become_build_facts_at_their_own_block_size():
     assert f.symbol == "_scale_kernel[*bf16,*bf16,fp32,i32,4096]" and f.label == "_scale_kernel(*bf16, *bf16, fp32, i32, 4096)"
     assert (f.arch, f.registers, f.threads_per_block, f.spill_stores, f.stack_frame) == ("sm_90", 40, 128, 12, 12)
     assert k.ptx.startswith(".visible") and "12 B spill stores" in buildfacts.notable({f.symbol: f})[0]
+
+
+def test_sass_with_lineinfo_asks_nvdisasm_first_and_names_cell_lines(monkeypatch, tmp_path):
+    called = []
+
+    class Done:
+        returncode, stdout = 0, '.text.k:\n        //## File "/p/csrc/elementwise/x.cu", line 9\n  /*0000*/ STG.E [R2], R5 ;\n'
+
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/bin/{tool}")
+    monkeypatch.setattr(inspection.subprocess, "run", lambda cmd, **kw: called.append(cmd[0]) or Done())
+    inspection.sass_of(tmp_path / "k.cubin")
+    inspection.sass_of(tmp_path / "k.cubin", lineinfo=True)
+    assert called == ["/bin/cuobjdump", "/bin/nvdisasm"]  # cuobjdump prints no source lines; nvdisasm -g does
+    sass = inspection.annotate_cell_lines(Done.stdout, Path("/p/csrc/elementwise/x.cu"))
+    assert '//## File "/p/csrc/elementwise/x.cu", line 9 (cell line 10)' in sass
+    shipped = Path("/site/rapid_llm/kernels/csrc/elementwise/x.cu")  # a shipped source has no cell lines
+    assert "cell line" not in inspection.annotate_cell_lines(Done.stdout.replace("/p/", "/site/rapid_llm/kernels/"),
+                                                             shipped)

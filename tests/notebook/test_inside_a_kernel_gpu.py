@@ -63,3 +63,20 @@ def test_inspect_shows_sass_per_kernel_and_the_vector_loads():
     assert vec is not None, f"no scale_vec_kernel<float> among the build facts:\n{report}"
     sass = report.code(vec, "sass")
     assert sass is not None and re.search(r"LDG\.E\.(\w+\.)*128", sass), (report.sass or "")[:2000]
+
+
+@pytest.mark.skipif(shutil.which("nvdisasm") is None, reason="needs nvdisasm (CUDA toolkit) for SASS with line info")
+def test_sass_of_a_lineinfo_cell_names_the_cell_line_of_each_block(shell):
+    import rapid_llm.kernels as K
+    from rapid_llm.kernels.platform import PACKAGE_DIR
+
+    naive = (PACKAGE_DIR.parent / "csrc" / "elementwise" / "scale_naive.cu").read_text()
+    cell = naive.replace("scale_naive", "scale_lines")
+    shell.run_cell_magic("cuda_jit", 'scale_lines --group elementwise --op scale --flags "-lineinfo"', cell)
+    report = K.inspect("jit/scale_lines")
+    symbol = next(s for s, f in report.facts.items() if f.label.startswith("void scale_kernel<float>"))
+    sass = report.code(symbol, "sass")
+    print(sass[:6000])
+    store = 1 + next(i for i, line in enumerate(cell.splitlines(), 1) if "out[idx] =" in line)  # its cell line
+    assert f"(cell line {store})" in sass, sass[:3000]
+    assert re.search(r"STG\.E", sass)
