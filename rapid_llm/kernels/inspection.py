@@ -251,11 +251,16 @@ def annotate_cell_lines(sass: str, source: Path) -> str:
 
 
 _PTX_ENTRY = re.compile(r"^\.(?:visible|weak) \.entry (\S+?)\(", re.M)
-_SASS_FUNCTION = re.compile(r"^\s*(?:Function : |\.text\.)(\S+?):?\s*$", re.M)
+_SASS_FUNCTION = re.compile(r"^\s*(?:Function : (\S+)|//-+ \.text\.(\S+) -+|\.text\.(\S+?):)\s*$", re.M)
 
 
 def split_by_kernel(text: str, kind: str) -> dict[str, str]:
-    """A PTX or SASS listing cut into one piece per kernel, keyed by the kernel's symbol."""
+    """A PTX or SASS listing cut into one piece per kernel, keyed by the kernel's symbol (cuobjdump's
+    ``Function :`` headers; nvdisasm's ``//---- .text.NAME ----`` banner, or its ``.text.NAME:`` label)."""
     pattern = _PTX_ENTRY if kind == "ptx" else _SASS_FUNCTION
-    starts = [(m.start(), m[1]) for m in pattern.finditer(text)]
+    starts: list[tuple[int, str]] = []
+    for m in pattern.finditer(text):
+        name = next(g for g in m.groups() if g)
+        if not starts or starts[-1][1] != name:  # nvdisasm: a banner, then the label of the same kernel
+            starts.append((m.start(), name))
     return {name: text[a:b] for (a, name), (b, _) in zip(starts, starts[1:] + [(len(text), "")])}

@@ -110,3 +110,12 @@ def test_sass_with_lineinfo_asks_nvdisasm_first_and_names_cell_lines(monkeypatch
     shipped = Path("/site/rapid_llm/kernels/csrc/elementwise/x.cu")  # a shipped source has no cell lines
     assert "cell line" not in inspection.annotate_cell_lines(Done.stdout.replace("/p/", "/site/rapid_llm/kernels/"),
                                                              shipped)
+
+
+def test_nvdisasm_line_notes_of_a_cell_become_cell_lines():
+    sass = (SAMPLES / "nvdisasm_lineinfo_h200.sass").read_text()
+    cell = Path("/tmp/pytest-of-root/pytest-0/test_sass_of_a_lineinfo_cell_n0/csrc/elementwise/scale_lines.cu")
+    annotated = inspection.annotate_cell_lines(sass, cell)
+    block = annotated.split('scale_lines.cu", line 10 (cell line 11)')[1].split("//##")[0]
+    assert "LDG.E.CONSTANT" in block and "STG.E" in block  # out[idx] = in[idx] * factor: file line 10
+    assert set(inspection.split_by_kernel(annotated, "sass")) == {"_Z12scale_kernelIfEvPT_PKS0_fl"}
