@@ -36,6 +36,7 @@ class KernelFacts:
     spill_loads: int = 0
     cmem: int = 0            # bytes of the kernel's constant bank (parameters included)
     threads_per_block: int = 0  # the block size it launches with, where the compiler fixes it (Triton: warps x 32)
+    max_threads: int = 0     # the largest block it may launch with, where known (the driver, Triton); 0: unknown
 
     @property
     def spills(self) -> int:

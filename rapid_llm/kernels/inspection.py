@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +67,11 @@ class Inspection:
         for symbol, f in self.facts.items():
             occ = self.occupancy(symbol)
             out.append((f.label, str(f.registers), f"{f.spill_stores}/{f.spill_loads}", str(f.smem_static),
-                        str(f.stack_frame), str(self.block_size(symbol)),
+                        str(f.stack_frame), str(f.max_threads or "-"), str(self.block_size(symbol)),
                         "-" if occ is None else f"{100 * occ.fraction:.0f}% ({occ.limiter})"))
         return out
 
-    HEAD = ("kernel", "registers", "spill B st/ld", "static smem B", "stack B", "block", "occupancy")
+    HEAD = ("kernel", "registers", "spill B st/ld", "static smem B", "stack B", "max block", "block", "occupancy")
 
     def __str__(self) -> str:
         fixed = self.facts and all(f.threads_per_block for f in self.facts.values())
@@ -213,14 +213,16 @@ def _ask_the_driver(result: Inspection, images: dict[str, tuple[bytes, str, int]
     if not images or not occupancy_api.available():
         return
     for symbol, (image, name, dynamic_smem) in images.items():
-        blocks = occupancy_api.blocks_per_sm(image, name, result.block_size(symbol), dynamic_smem)
-        if blocks is None:
+        answer = occupancy_api.ask(image, name, result.block_size(symbol), dynamic_smem)
+        if answer is None:
             continue
-        result.driver_blocks[symbol] = blocks
+        result.driver_blocks[symbol] = answer.blocks_per_sm
+        result.facts[symbol] = replace(result.facts[symbol], max_threads=answer.max_threads_per_block)
         ours = result.occupancy(symbol)
-        if ours is not None and ours.blocks_per_sm != blocks:
-            result.notes.append(f"{result.facts[symbol].label}: the CUDA driver gives {blocks} blocks per SM at "
-                                f"{result.block_size(symbol)} threads, the occupancy rules here {ours.blocks_per_sm}")
+        if ours is not None and ours.blocks_per_sm != answer.blocks_per_sm:
+            result.notes.append(f"{result.facts[symbol].label}: the CUDA driver gives {answer.blocks_per_sm} blocks "
+                                f"per SM at {result.block_size(symbol)} threads, the occupancy rules here "
+                                f"{ours.blocks_per_sm}")
 
 
 def sass_of(cubin: Path, lineinfo: bool = False) -> tuple[str | None, str | None]:

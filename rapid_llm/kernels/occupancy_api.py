@@ -11,9 +11,21 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["available", "blocks_per_sm"]
+__all__ = ["available", "ask", "DriverAnswer"]
+
+#: CUfunction_attribute: the most threads a block of this function may have (registers and __launch_bounds__).
+_MAX_THREADS_PER_BLOCK = 0
+
+
+@dataclass(frozen=True)
+class DriverAnswer:
+    """What the CUDA driver says of one kernel at one launch shape."""
+
+    blocks_per_sm: int
+    max_threads_per_block: int
 
 
 @functools.cache
@@ -42,9 +54,9 @@ def _current_device() -> int:
     return 0
 
 
-def blocks_per_sm(cubin: bytes, symbol: str, threads_per_block: int, dynamic_smem: int = 0) -> int | None:
-    """Resident blocks per SM of ``symbol`` in ``cubin`` at that launch shape, or None where it cannot be asked
-    (no driver, a cubin for another architecture, a symbol not in it)."""
+def ask(cubin: bytes, symbol: str, threads_per_block: int, dynamic_smem: int = 0) -> DriverAnswer | None:
+    """Resident blocks per SM of ``symbol`` in ``cubin`` at that launch shape, and its largest block, or None
+    where the driver cannot be asked (no driver, a cubin for another architecture, a symbol not in it)."""
     lib = _driver()
     if lib is None:
         return None
@@ -56,7 +68,7 @@ def blocks_per_sm(cubin: bytes, symbol: str, threads_per_block: int, dynamic_sme
     try:
         if lib.cuCtxPushCurrent_v2(ctx) != 0:
             return None
-        module, function, blocks = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
+        module, function, blocks, most = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
         try:
             if lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin)) != 0:
                 return None
@@ -64,8 +76,9 @@ def blocks_per_sm(cubin: bytes, symbol: str, threads_per_block: int, dynamic_sme
                 ok = (lib.cuModuleGetFunction(ctypes.byref(function), module, symbol.encode()) == 0 and
                       lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
                           ctypes.byref(blocks), function, ctypes.c_int(threads_per_block),
-                          ctypes.c_size_t(dynamic_smem)) == 0)
-                return blocks.value if ok else None
+                          ctypes.c_size_t(dynamic_smem)) == 0 and
+                      lib.cuFuncGetAttribute(ctypes.byref(most), _MAX_THREADS_PER_BLOCK, function) == 0)
+                return DriverAnswer(blocks.value, most.value) if ok else None
             finally:
                 lib.cuModuleUnload(module)
         finally:

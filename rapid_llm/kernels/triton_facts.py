@@ -59,7 +59,8 @@ def compiled_kernels(fn: Any) -> list[CompiledTriton]:
             facts = KernelFacts(symbol=f"{name}[{','.join(sig)}]", name=f"{name}({', '.join(sig)})",
                                 arch=f"sm_{arch}" if arch else "", registers=int(getattr(kernel, "n_regs", 0) or 0),
                                 smem_static=int(getattr(md, "shared", 0) or 0), stack_frame=local,
-                                spill_stores=local, threads_per_block=32 * warps)
+                                spill_stores=local, threads_per_block=32 * warps,
+                                max_threads=int(getattr(kernel, "n_max_threads", 0) or 0))
             asm = getattr(kernel, "asm", {}) or {}
             out.append(CompiledTriton(facts, asm.get("ptx"), asm.get("cubin")))
     return out

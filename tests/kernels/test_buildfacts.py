@@ -77,7 +77,7 @@ class _FakeCompiled:
         class target:  # noqa: N801
             arch = 90
 
-    n_regs, n_spills, asm = 40, 3, {"ptx": ".visible .entry _scale_kernel(", "cubin": b""}
+    n_regs, n_spills, n_max_threads, asm = 40, 3, 1024, {"ptx": ".visible .entry _scale_kernel(", "cubin": b""}
 
 
 def test_triton_specialisations_become_build_facts_at_their_own_block_size():
@@ -91,6 +91,7 @@ def test_triton_specialisations_become_build_facts_at_their_own_block_size():
     f = k.facts
     assert f.symbol == "_scale_kernel[*bf16,*bf16,fp32,i32,4096]" and f.label == "_scale_kernel(*bf16, *bf16, fp32, i32, 4096)"
     assert (f.arch, f.registers, f.threads_per_block, f.spill_stores, f.stack_frame) == ("sm_90", 40, 128, 12, 12)
+    assert f.max_threads == 1024
     assert k.ptx.startswith(".visible") and "12 B spill stores" in buildfacts.notable({f.symbol: f})[0]
 
 

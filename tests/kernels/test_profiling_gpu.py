@@ -35,3 +35,4 @@ def test_occupancy_from_the_rules_is_what_the_driver_says(row):
     assert report.facts and set(report.driver_blocks) == set(report.facts), report.notes
     for symbol, blocks in report.driver_blocks.items():
         assert report.occupancy(symbol).blocks_per_sm == blocks, (symbol, report.notes)
+        assert report.facts[symbol].max_threads >= report.block_size(symbol)  # the driver's largest block
