@@ -154,8 +154,9 @@ def _triton(row: Any, result: Inspection) -> None:
         return
     result.facts = {k.facts.symbol: k.facts for k in compiled}
     sass, missing = _sass_by_kernel(compiled)
-    result.kernel_code = {k.facts.symbol: {kind: text for kind, text in (("ptx", k.ptx), ("sass", sass.get(k.facts.symbol)))
-                                           if text} for k in compiled}
+    result.kernel_code = {k.facts.symbol: {kind: text for kind, text in (("ptx", k.ptx),
+                                                                          ("sass", sass.get(k.facts.symbol))) if text}
+                          for k in compiled}
     result.ptx = "\n".join(k.ptx for k in compiled if k.ptx) or None
     result.sass = "\n".join(sass.values()) or None
     if missing:

@@ -139,7 +139,8 @@ def ncu_path() -> str | None:
     found = shutil.which("ncu")
     if found:
         return found
-    for base in [Path(p).resolve().parent for p in filter(None, [shutil.which("nvcc")])] + [Path("/usr/local/cuda/bin")]:
+    nvcc = shutil.which("nvcc")
+    for base in ([Path(nvcc).resolve().parent] if nvcc else []) + [Path("/usr/local/cuda/bin")]:
         if (base / "ncu").exists():
             return str(base / "ncu")
     return None

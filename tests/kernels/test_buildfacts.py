@@ -89,7 +89,8 @@ def test_triton_specialisations_become_build_facts_at_their_own_block_size():
 
     [k] = triton_facts.compiled_kernels(Fn())
     f = k.facts
-    assert f.symbol == "_scale_kernel[*bf16,*bf16,fp32,i32,4096]" and f.label == "_scale_kernel(*bf16, *bf16, fp32, i32, 4096)"
+    assert f.symbol == "_scale_kernel[*bf16,*bf16,fp32,i32,4096]"
+    assert f.label == "_scale_kernel(*bf16, *bf16, fp32, i32, 4096)"
     assert (f.arch, f.registers, f.threads_per_block, f.spill_stores, f.stack_frame) == ("sm_90", 40, 128, 12, 12)
     assert f.max_threads == 1024
     assert k.ptx.startswith(".visible") and "12 B spill stores" in buildfacts.notable({f.symbol: f})[0]
@@ -120,3 +121,11 @@ def test_nvdisasm_line_notes_of_a_cell_become_cell_lines():
     block = annotated.split('scale_lines.cu", line 10 (cell line 11)')[1].split("//##")[0]
     assert "LDG.E.CONSTANT" in block and "STG.E" in block  # out[idx] = in[idx] * factor: file line 10
     assert set(inspection.split_by_kernel(annotated, "sass")) == {"_Z12scale_kernelIfEvPT_PKS0_fl"}
+
+
+def test_cuobjdump_listing_splits_at_each_function():
+    pieces = inspection.split_by_kernel((SAMPLES / "cuobjdump_scale_scalar_h200.sass").read_text(), "sass")
+    assert list(pieces) == ["_Z19scale_scalar_kernelI13__nv_bfloat16EvPT_PKS1_fl",
+                            "_Z19scale_scalar_kernelI6__halfEvPT_PKS1_fl"]
+    for piece in pieces.values():
+        assert piece.count("Function :") == 1 and "STG.E.U16" in piece and "EXIT" in piece

@@ -39,7 +39,8 @@ def test_rows_come_from_the_nvtx_range_and_the_copy_is_the_roofline():
     result = Profile("scale", kernels[:2], kernels[2], bytes_moved=2 * 2**25)
     assert result.of_copy(kernels[0]) == pytest.approx(0.93, abs=0.005)
     text = str(result).splitlines()
-    assert text[0] == "profile(scale): 2 kernels under Nsight Compute; the call moves 64.0 MiB, the copy roofline moves the same"
+    assert text[0] == ("profile(scale): 2 kernels under Nsight Compute; the call moves 64.0 MiB, "
+                       "the copy roofline moves the same")
     assert text[1].split()[:3] == ["row", "kernel", "time"]
     assert text[2].startswith("jit/scale ") and " 93% " in text[2] and "long_scoreboard 24.8" in text[2]
     assert "scale_vec_kernel<__nv_bfloat16>" in text[2] and "(T1" not in text[2]
