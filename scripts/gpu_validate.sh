@@ -9,7 +9,8 @@
 #   scripts/gpu_validate.sh OUTDIR llm     # the LLM ops over tokens against torch.compile (JSON for
 #                                          # benchmarks/results/, the log for benchmarks/results/logs/)
 #   scripts/gpu_validate.sh OUTDIR checks  # verify's defect kernels, the sanitizer, strided dispatch, a kernel's
-#                                          # printf in its cell, SASS in inspect(), dispatch overhead
+#                                          # printf in its cell, SASS in inspect(), profile() under ncu,
+#                                          # occupancy against the driver, notebook 08, dispatch overhead
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
@@ -50,7 +51,9 @@ case $stage in
     step strided python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_dispatch.py -k "strided and cuda"
     step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_defects_gpu.py
     step defect_table python scripts/defect_table.py
-    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_inside_a_kernel_gpu.py
+    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_inside_a_kernel_gpu.py \
+      tests/kernels/test_profiling_gpu.py
+    step notebook_08 python scripts/run_notebooks.py notebooks/08_inside_a_kernel.ipynb
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
     ;;
   *)
