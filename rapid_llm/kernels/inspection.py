@@ -118,8 +118,9 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     result.ptx = ptx.read_text() if ptx.exists() else None
     if result.ptx is None:
         result.notes.append("PTX: kept by the NVRTC device pass only; this build used nvcc")
+    cubin = built.build_dir / "kernels.cubin"
     lineinfo = any(f in ("-lineinfo", "--generate-line-info") for f in target.flags)
-    result.sass, missing = sass_of(built.build_dir / "kernels.cubin", lineinfo=lineinfo)
+    result.sass, missing = sass_of(cubin, lineinfo=lineinfo)
     if result.sass is not None and lineinfo:
         result.sass = annotate_cell_lines(result.sass, Path(target.source))
     elif result.sass is not None:
@@ -128,7 +129,6 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     if missing:
         result.notes.append(missing)
     result.notes += [f"notable: {n}" for n in buildfacts.notable(facts, threads_per_block)]
-    cubin = built.build_dir / "kernels.cubin"
     if cubin.exists():
         image = cubin.read_bytes()
         _ask_the_driver(result, {s: (image, s, 0) for s in result.facts})
