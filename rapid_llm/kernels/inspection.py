@@ -14,13 +14,12 @@ them, in one line each.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rapid_llm.kernels import buildfacts, cell_lines
+from rapid_llm.kernels import buildfacts, cell_lines, platform
 from rapid_llm.kernels.buildfacts import KernelFacts, Occupancy
 
 __all__ = ["Inspection", "inspect", "sass_of", "split_by_kernel", "annotate_cell_lines"]
@@ -231,7 +230,7 @@ def sass_of(cubin: Path, lineinfo: bool = False) -> tuple[str | None, str | None
     build with -lineinfo) nvdisasm goes first: it prints the source line of each block; cuobjdump does not."""
     tools = [("cuobjdump", ["-sass"]), ("nvdisasm", ["-c", "-g"])]
     for tool, args in (reversed(tools) if lineinfo else tools):
-        exe = shutil.which(tool)
+        exe = platform.cuda_tool(tool)
         if exe is None:
             continue
         proc = subprocess.run([exe, *args, str(cubin)], capture_output=True, text=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapid_llm.kernels import cell_lines
+from rapid_llm.kernels.platform import cuda_tool
 
 __all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize", "SANITIZER_TOOLS", "TIMEOUT_S",
            "sanitizer_path"]
@@ -84,16 +84,7 @@ def recipe(row: Any) -> dict[str, Any] | None:
 
 
 def sanitizer_path() -> str | None:
-    """compute-sanitizer on PATH or beside nvcc, else None."""
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidate = Path(nvcc).resolve().parent / "compute-sanitizer"
-        if candidate.exists():
-            return str(candidate)
-    return None
+    return cuda_tool("compute-sanitizer")
 
 
 def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,

@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "torch_dtype", "device_label", "size_bucket", "sm_version",
-    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug",
+    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug", "cuda_tool",
 ]
 
 #: Short dtype names used in rows, mapped to torch attribute names (strings: no torch import here).
@@ -126,3 +127,16 @@ def project_root(start: Any = None) -> Path | None:
 def slug(text: str) -> str:
     """A file-name-safe form of a device label: "NVIDIA H200" -> "nvidia_h200"."""
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "unknown"
+
+
+def cuda_tool(name: str) -> str | None:
+    """A CUDA toolkit program (ncu, compute-sanitizer, cuobjdump, nvdisasm): on PATH, beside nvcc, or in
+    /usr/local/cuda/bin, where installers put the toolkit without adding it to PATH; else None."""
+    found = shutil.which(name)
+    if found:
+        return found
+    nvcc = shutil.which("nvcc")
+    for folder in ([Path(nvcc).resolve().parent] if nvcc else []) + [Path("/usr/local/cuda/bin")]:
+        if (folder / name).exists():
+            return str(folder / name)
+    return None

@@ -19,13 +19,14 @@ import csv
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from rapid_llm.kernels.platform import cuda_tool
 
 __all__ = ["KernelProfile", "Profile", "profile", "ncu_path", "parse_ncu_csv", "kernel_profiles", "RANGE_PREFIX",
            "COPY_RANGE", "ncu_problem"]
@@ -135,15 +136,7 @@ def _short(kernel: str, width: int = 48) -> str:
 
 
 def ncu_path() -> str | None:
-    """Nsight Compute's ``ncu`` on PATH, beside nvcc, or in the toolkit's usual home; else None."""
-    found = shutil.which("ncu")
-    if found:
-        return found
-    nvcc = shutil.which("nvcc")
-    for base in ([Path(nvcc).resolve().parent] if nvcc else []) + [Path("/usr/local/cuda/bin")]:
-        if (base / "ncu").exists():
-            return str(base / "ncu")
-    return None
+    return cuda_tool("ncu")
 
 
 _PROBLEMS = (

@@ -51,8 +51,10 @@ def test_low_occupancy_is_notable_and_unknown_archs_are_refused():
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
                     reason="the fast path needs g++ and nvcc (the device pass) to build the row")
 def test_inspect_of_a_shipped_row_shows_its_kernels_and_code(monkeypatch):
-    which = shutil.which  # as on a machine without the SASS tools
-    monkeypatch.setattr(shutil, "which", lambda tool: None if tool in ("nvdisasm", "cuobjdump") else which(tool))
+    from rapid_llm.kernels import platform
+
+    find = platform.cuda_tool  # as on a machine without the SASS tools
+    monkeypatch.setattr(platform, "cuda_tool", lambda tool: None if tool in ("nvdisasm", "cuobjdump") else find(tool))
     report = inspection.inspect("jit/scale")
     assert len(report.facts) == 6 and all(f.registers > 0 for f in report.facts.values())
     assert any("SASS: neither nvdisasm nor cuobjdump is installed here" in n for n in report.notes)
@@ -60,6 +62,16 @@ def test_inspect_of_a_shipped_row_shows_its_kernels_and_code(monkeypatch):
     if report.ptx is not None:  # NVRTC's pass keeps the PTX: the 128-bit streaming loads are there to see
         assert "ld.global.cs.v4" in report.code(vec, "ptx")
     assert "registers" in str(report).splitlines()[1]
+
+
+def test_cuda_tools_are_found_beside_nvcc_when_not_on_path(monkeypatch, tmp_path):
+    from rapid_llm.kernels import platform
+
+    (tmp_path / "nvcc").touch()
+    (tmp_path / "ncu").touch()
+    monkeypatch.setattr(shutil, "which", lambda tool: str(tmp_path / "nvcc") if tool == "nvcc" else None)
+    assert platform.cuda_tool("ncu") == str(tmp_path / "ncu")
+    assert platform.cuda_tool("no-such-tool") is None
 
 
 def test_rows_without_build_facts_say_why(monkeypatch):
@@ -102,7 +114,7 @@ def test_sass_with_lineinfo_asks_nvdisasm_first_and_names_cell_lines(monkeypatch
     class Done:
         returncode, stdout = 0, '.text.k:\n        //## File "/p/csrc/elementwise/x.cu", line 9\n  /*0000*/ STG.E [R2], R5 ;\n'
 
-    monkeypatch.setattr(shutil, "which", lambda tool: f"/bin/{tool}")
+    monkeypatch.setattr(inspection.platform, "cuda_tool", lambda tool: f"/bin/{tool}")
     monkeypatch.setattr(inspection.subprocess, "run", lambda cmd, **kw: called.append(cmd[0]) or Done())
     inspection.sass_of(tmp_path / "k.cubin")
     inspection.sass_of(tmp_path / "k.cubin", lineinfo=True)

@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import re
-import shutil
 import textwrap
 
 import pytest
 import torch
+
+from rapid_llm.kernels.platform import cuda_tool
 
 pytestmark = [
     pytest.mark.gpu,
@@ -52,7 +53,7 @@ def test_a_kernel_printf_shows_in_the_cell_that_ran_it(tmp_path, monkeypatch):
     assert "hello" not in "".join(o.get("text", "") for o in nb.cells[3].outputs)
 
 
-@pytest.mark.skipif(shutil.which("cuobjdump") is None and shutil.which("nvdisasm") is None,
+@pytest.mark.skipif(cuda_tool("cuobjdump") is None and cuda_tool("nvdisasm") is None,
                     reason="needs cuobjdump or nvdisasm (CUDA toolkit)")
 def test_inspect_shows_sass_per_kernel_and_the_vector_loads():
     import rapid_llm.kernels as K
@@ -65,7 +66,7 @@ def test_inspect_shows_sass_per_kernel_and_the_vector_loads():
     assert sass is not None and re.search(r"LDG\.E\.(\w+\.)*128", sass), (report.sass or "")[:2000]
 
 
-@pytest.mark.skipif(shutil.which("nvdisasm") is None, reason="needs nvdisasm (CUDA toolkit) for SASS with line info")
+@pytest.mark.skipif(cuda_tool("nvdisasm") is None, reason="needs nvdisasm (CUDA toolkit) for SASS with line info")
 def test_sass_of_a_lineinfo_cell_names_the_cell_line_of_each_block(shell):
     import rapid_llm.kernels as K
     from rapid_llm.kernels.platform import PACKAGE_DIR
