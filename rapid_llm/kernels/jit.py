@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rapid_llm.kernels.jit_cache import (
     CSRC,
@@ -41,10 +41,16 @@ from rapid_llm.kernels.jit_cache import (
 )
 from rapid_llm.kernels.spec import Availability
 
+if TYPE_CHECKING:
+    from rapid_llm.kernels.fastpath.compile_check import CompileReport
+
 __all__ = [
     "available",
+    "can_compile",
+    "target_arch_name",
     "load_jit",
     "build_jit",
+    "compile_check",
     "BuildRequest",
     "BuildResult",
     "BuildError",
@@ -182,6 +188,34 @@ def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequen
     return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name, path)
 
 
+def compile_check(source: str | os.PathLike, archs: Sequence[str] | None = None, *,
+                  extra_cuda_cflags: Sequence[str] = ("-O3",), device_compiler: str | None = None) -> CompileReport:
+    """Compile ``source`` for each of ``archs`` ("9.0"; default: the supported ones nvcc can target), load nothing.
+
+    Needs no GPU: it is how CPU CI keeps a source that does not compile for one
+    of the supported architectures from landing. Raises :class:`BuildError`
+    (naming the pass and the arch; ``log`` keeps the compiler's file:line) at
+    the first failure. A source with torch's headers is refused (ValueError):
+    only torch's ``cpp_extension`` builds it, a minute a build, against a CUDA torch.
+    """
+    from rapid_llm.kernels import platform
+    from rapid_llm.kernels.fastpath.compile_check import check_fast_source
+
+    path = resolve_source(source)
+    if default_builder(path) != "fast":
+        raise ValueError(f"{path.name} includes torch's headers (or defines a PYBIND11_MODULE), so only torch's "
+                         "cpp_extension builds it, and compile_check covers fast-path sources only: build it with "
+                         "build_jit on a machine with CUDA, or include \"common/rapid_llm.cuh\" instead of torch's "
+                         "headers")
+    if archs is None:
+        archs = platform.supported_archs()
+        if not archs:
+            raise RuntimeError("compile_check: nvcc not found, or it targets none of "
+                               f"{', '.join(platform.SUPPORTED_ARCHS)} (put the CUDA toolkit's bin on PATH or set "
+                               "CUDA_HOME)")
+    return check_fast_source(path, tuple(archs), tuple(extra_cuda_cflags), device_compiler)
+
+
 @functools.cache
 def load_jit(name: str, source: str, *, extra_cuda_cflags: tuple[str, ...] = ("-O3",)) -> ModuleType:
     """Compile ``csrc/<source>`` on first use in this process; return the extension module.
@@ -193,3 +227,29 @@ def load_jit(name: str, source: str, *, extra_cuda_cflags: tuple[str, ...] = ("-
     itself).
     """
     return build_jit(name, source, extra_cuda_cflags=extra_cuda_cflags).module
+
+
+def can_compile(source: str | os.PathLike, builder: str | None = None) -> Availability:
+    """Whether ``source`` can be built here though it cannot run (no CUDA device, or a CPU build of torch).
+
+    The fast path needs no GPU and no CUDA runtime: a host compiler and nvcc (or NVRTC) compile both
+    halves, so compiler errors show on a laptop exactly as on the GPU box. torch's extension loader
+    needs a CUDA build of torch.
+    """
+    key = builder or default_builder(source)
+    if key != "fast":
+        return Availability(False, "a cell that includes torch's headers builds only with a CUDA build of torch "
+                                   "(a cell on the fast path, with common/rapid_llm.cuh, compiles here)")
+    if nvcc_path() is None:
+        return Availability(False, "nvcc not found, so the cell is not compiled either (put the CUDA "
+                                   "toolkit's bin on PATH or set CUDA_HOME)")
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        return Availability(False, "no host C++ compiler (g++ or $CXX) to compile the cell's host code")
+    return Availability(True)
+
+
+def target_arch_name() -> str:
+    """The GPU architecture builds here target, as ``sm_90a`` (the device's, else TORCH_CUDA_ARCH_LIST's)."""
+    from rapid_llm.kernels.fastpath.device import arch_name
+
+    return arch_name(target_arch())

@@ -11,13 +11,20 @@ import functools
 import os
 import re
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "torch_dtype", "device_label", "size_bucket", "sm_version",
-    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug", "cuda_tool",
+    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug", "cuda_tool", "write_atomic",
+    "SUPPORTED_ARCHS", "supported_archs",
 ]
+
+#: The GPU architectures (compute capabilities) the project's kernels are built and checked for: Ampere,
+#: Hopper, Blackwell. CI compile-checks every shipped source for each one the installed toolkit can target.
+SUPPORTED_ARCHS = ("8.0", "9.0", "10.0")
 
 #: Short dtype names used in rows, mapped to torch attribute names (strings: no torch import here).
 DTYPE_NAMES = {
@@ -140,3 +147,57 @@ def cuda_tool(name: str) -> str | None:
         if (folder / name).exists():
             return str(folder / name)
     return None
+
+
+def supported_archs() -> tuple[str, ...]:
+    """The :data:`SUPPORTED_ARCHS` the installed nvcc can target (``nvcc --list-gpu-arch``); () without nvcc.
+
+    An older toolkit lacks the newest architectures (sm_100 needs CUDA 12.8);
+    a check asks for these rather than failing on an arch nobody could build.
+    Asked once per nvcc (one quick process), never at import.
+    """
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    nvcc = os.path.join(home, "bin", "nvcc") if home and os.path.exists(os.path.join(home, "bin", "nvcc")) else None
+    return _targetable(nvcc or cuda_tool("nvcc"))
+
+
+@functools.cache
+def _targetable(nvcc: str | None) -> tuple[str, ...]:
+    if nvcc is None:
+        return ()
+    try:
+        listed = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    known = set(re.findall(r"compute_(\d+)", listed))
+    return tuple(a for a in SUPPORTED_ARCHS if a.replace(".", "") in known)
+
+
+def write_atomic(path: Any, text: str) -> bool:
+    """Write ``text`` to ``path`` through a temporary file and a rename; False when it already held it.
+
+    A reader (a compiler, an editor, another process) sees the old file or the new one, never half of
+    one, and a failed write leaves the old file as it was. An unchanged file is not touched.
+    """
+    path = Path(path)
+    data = text.encode("utf-8")
+    mode = 0o644  # mkstemp's 0600 would hide the file from a build run as another user
+    try:
+        if path.read_bytes() == data:
+            return False
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True

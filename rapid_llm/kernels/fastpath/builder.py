@@ -9,11 +9,12 @@ import subprocess
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Sequence
 
 from rapid_llm.kernels import buildfacts
 from rapid_llm.kernels.fastpath import device, symbols
 
-__all__ = ["FastBuilder", "HOST_FLAGS"]
+__all__ = ["FastBuilder", "HOST_FLAGS", "host_pass", "device_pass", "link", "host_support", "warm"]
 
 #: -O1: a launcher is a few checks and a launch; -O2 doubles the host pass for nothing measurable.
 HOST_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
@@ -117,6 +118,77 @@ def _tool(name: str) -> str:
     return path
 
 
+def _runner(src: Path, verbose: bool):
+    """Run one compiler command; a failure is a BuildError carrying the compiler's own log (file:line kept)."""
+    from rapid_llm.kernels.jit_cache import BuildError
+
+    env = dict(os.environ, LC_ALL="C")
+
+    def run(cmd: list[str], what: str) -> str:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        log = proc.stdout + proc.stderr
+        if verbose:
+            print("$ " + " ".join(cmd) + ("\n" + log if log.strip() else ""))
+        if proc.returncode != 0:
+            raise BuildError(f"building {src.name} failed in the {what}:\n{log}", log=log, source=src)
+        return log
+
+    return run
+
+
+def host_pass(src: Path, out_dir: Path, flags: Sequence[str] = (),
+              verbose: bool = False) -> tuple[Path, list[symbols.KernelRef]]:
+    """Compile ``src``'s host code to ``out_dir/host.o``; return it and the kernels it launches.
+
+    The host pass is the same for every GPU architecture: one pass serves them all.
+    """
+    from rapid_llm.kernels.jit_cache import CSRC
+
+    includes = [f"-I{CSRC}", f"-I{CSRC / 'common'}", f"-I{src.parent}"]
+    shared = [f for f in flags if f.startswith(_SHARED_FLAG_PREFIXES)]
+    cxx = os.environ.get("CXX", _tool("g++"))
+    host_obj = out_dir / "host.o"
+    pch_flags, _ = host_support(cxx)
+    _runner(src, verbose)([cxx, *HOST_FLAGS, *pch_flags, *includes, *shared, "-c", "-x", "c++", str(src),
+                           "-o", str(host_obj)], "host pass")
+    return host_obj, symbols.launched_kernels(host_obj)
+
+
+def device_pass(src: Path, kernels: list[symbols.KernelRef], capability: str, out_dir: Path,
+                flags: Sequence[str] = (), compiler: str | None = None, verbose: bool = False) -> device.DeviceCode:
+    """``src``'s device code for one architecture ("9.0"), checked against the kernels the host code launches."""
+    from rapid_llm.kernels.jit_cache import CSRC, BuildError
+
+    arch = device.arch_name(capability)
+    try:
+        code = device.compile_device(src, kernels, arch, flags, [CSRC, CSRC / "common"], work_dir=out_dir,
+                                     compiler=compiler)
+    except device.DeviceCompileError as exc:
+        raise BuildError(f"building {src.name} failed in the device pass for {arch}: {exc}\n{exc.log}",
+                         log=exc.log or str(exc), source=src) from None
+    if verbose and code.log.strip():
+        print(code.log)
+    _check_agreement(kernels, code, src, arch)
+    return code
+
+
+def link(name: str, src: Path, out_dir: Path, host_obj: Path, code: device.DeviceCode,
+         kernels: list[symbols.KernelRef], verbose: bool = False) -> Path:
+    """The module's shared object: host code, host runtime, and the kernel table with the cubin embedded."""
+    from rapid_llm.kernels.jit_cache import CSRC
+
+    _, runtime = host_support(os.environ.get("CXX", _tool("g++")))
+    cubin = out_dir / "kernels.cubin"
+    cubin.write_bytes(code.cubin)
+    stub = out_dir / "kernel_table.c"
+    stub.write_text(_stub_source(cubin, [k.symbol for k in kernels]))
+    so = out_dir / f"{name}.so"
+    _runner(src, verbose)([os.environ.get("CC", _tool("gcc")), "-shared", "-fPIC", f"-I{CSRC / 'common'}",
+                           str(host_obj), str(runtime), str(stub), "-lstdc++", "-Wl,--no-undefined", "-o", str(so)],
+                          "link")
+    return so
+
+
 class FastBuilder:
     """Builds a source that includes ``common/rapid_llm.cuh`` (and no torch header)."""
 
@@ -128,73 +200,19 @@ class FastBuilder:
         self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit_cache import CSRC, BuildError, target_arch
+        from rapid_llm.kernels.jit_cache import target_arch
 
-        src, out_dir = request.source, request.build_dir
-        includes = [f"-I{CSRC}", f"-I{CSRC / 'common'}", f"-I{src.parent}"]
-        shared = [f for f in request.extra_cuda_cflags if f.startswith(_SHARED_FLAG_PREFIXES)]
-        env = dict(os.environ, LC_ALL="C")
-
-        def run(cmd: list[str], what: str) -> str:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            log = proc.stdout + proc.stderr
-            if request.verbose:
-                print("$ " + " ".join(cmd) + ("\n" + log if log.strip() else ""))
-            if proc.returncode != 0:
-                raise BuildError(f"building {src.name} failed in the {what}:\n{log}", log=log, source=src)
-            return log
-
+        src, out_dir, flags, verbose = request.source, request.build_dir, request.extra_cuda_cflags, request.verbose
         binding = threading.Thread(target=_warm_binding, daemon=True)
         binding.start()  # built once per Python; overlaps the host pass on a fresh machine
-        cxx = os.environ.get("CXX", _tool("g++"))
-        host_obj = out_dir / "host.o"
-        pch_flags, runtime = host_support(cxx)
-        run([cxx, *HOST_FLAGS, *pch_flags, *includes, *shared, "-c", "-x", "c++", str(src), "-o", str(host_obj)],
-            "host pass")
-        kernels = symbols.launched_kernels(host_obj)
-        arch = device.arch_name(target_arch())
-        try:
-            code = device.compile_device(src, kernels, arch, request.extra_cuda_cflags, [CSRC, CSRC / "common"],
-                                         work_dir=out_dir, compiler=self.device_compiler)
-        except device.DeviceCompileError as exc:
-            raise BuildError(f"building {src.name} failed in the device pass: {exc}\n{exc.log}", log=exc.log or str(exc),
-                             source=src) from None
-        if request.verbose and code.log.strip():
-            print(code.log)
-        self._check_agreement(kernels, code, src)
+        host_obj, kernels = host_pass(src, out_dir, flags, verbose)
+        code = device_pass(src, kernels, target_arch(), out_dir, flags, self.device_compiler, verbose)
         names = {code.lowered.get(k.name_expression, k.symbol): k.demangled for k in kernels}
         buildfacts.write_facts(out_dir / buildfacts.FACTS_FILE, buildfacts.parse_ptxas(code.log, names))
-        cubin = out_dir / "kernels.cubin"
-        cubin.write_bytes(code.cubin)
         if code.ptx:
             (out_dir / "kernels.ptx").write_text(code.ptx)
-        stub = out_dir / "kernel_table.c"
-        stub.write_text(_stub_source(cubin, [k.symbol for k in kernels]))
-        so = out_dir / f"{request.name}.so"
         binding.join()
-        run([os.environ.get("CC", _tool("gcc")), "-shared", "-fPIC", f"-I{CSRC / 'common'}", str(host_obj),
-             str(runtime), str(stub), "-lstdc++", "-Wl,--no-undefined", "-o", str(so)], "link")
-        return so
-
-    @staticmethod
-    def _check_agreement(kernels: list[symbols.KernelRef], code: device.DeviceCode, src: Path) -> None:
-        from rapid_llm.kernels.jit_cache import BuildError
-
-        problems = []
-        for k in kernels:
-            lowered = code.lowered.get(k.name_expression)
-            if lowered is None:  # nvcc's pass: look for a kernel of that name with another signature
-                same_name = [r for r in symbols.demangle(sorted(symbols.cubin_functions(code.cubin)))
-                             if r.name_expression == k.name_expression]
-                lowered = same_name[0].symbol if same_name else None
-            if lowered is None:
-                problems.append(f"the host code launches {k.demangled}, which the device code does not define")
-            elif lowered != k.symbol:
-                problems.append(f"the host code declares {k.demangled}, but the device code defines "
-                                f"{_demangle(lowered)}: make the declaration match the definition")
-        if problems:
-            log = "\n".join(f"{src}: error: {p}" for p in problems)
-            raise BuildError(f"building {src.name} failed: host and device code disagree:\n{log}", log=log, source=src)
+        return link(request.name, src, out_dir, host_obj, code, kernels, verbose)
 
     @staticmethod
     def load(request, so: Path) -> ModuleType:  # noqa: ANN001 - a jit.BuildRequest
@@ -204,6 +222,27 @@ class FastBuilder:
         module = load_module(so, module_name(request))
         module.__build_facts__ = buildfacts.read_facts(so.parent / buildfacts.FACTS_FILE) or {}
         return module
+
+
+def _check_agreement(kernels: list[symbols.KernelRef], code: device.DeviceCode, src: Path, arch: str) -> None:
+    from rapid_llm.kernels.jit_cache import BuildError
+
+    problems = []
+    for k in kernels:
+        lowered = code.lowered.get(k.name_expression)
+        if lowered is None:  # nvcc's pass: look for a kernel of that name with another signature
+            same_name = [r for r in symbols.demangle(sorted(symbols.cubin_functions(code.cubin)))
+                         if r.name_expression == k.name_expression]
+            lowered = same_name[0].symbol if same_name else None
+        if lowered is None:
+            problems.append(f"the host code launches {k.demangled}, which the device code does not define")
+        elif lowered != k.symbol:
+            problems.append(f"the host code declares {k.demangled}, but the device code defines "
+                            f"{_demangle(lowered)}: make the declaration match the definition")
+    if problems:
+        log = "\n".join(f"{src}: error: {p}" for p in problems)
+        raise BuildError(f"building {src.name} for {arch} failed: host and device code disagree:\n{log}", log=log,
+                         source=src)
 
 
 def _demangle(symbol: str) -> str:
