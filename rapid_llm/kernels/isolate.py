@@ -10,13 +10,17 @@ compute-sanitizer (memcheck, racecheck, initcheck, synccheck) with torch's
 caching allocator off, so out-of-bounds writes inside a cached block are seen.
 
 A row can run in a child when the child can rebuild it: a JIT row (its source,
-launcher and out rule) of an op the library declares, or any row whose target
-is an importable ``"module:attr"`` string.
+launcher and out rule), or any row whose target is an importable
+``"module:attr"`` string. An op the library does not declare as it is live here
+(a notebook's) reaches the child as a module written by
+:mod:`rapid_llm.kernels.opsource`. A child that cannot set the row up (that
+module, the build) says so, and the parent reports it as not run, not as a crash.
 
 The child is ``python -m rapid_llm.kernels.isolate_child '<recipe json>'``; it prints one JSON line last.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -55,7 +59,7 @@ class SanitizerFinding:
 class ChildResult:
     """What a child run of a row's checks came to."""
 
-    status: str  # "passed" | "failed" | "crashed" | "hung" | "unavailable"
+    status: str  # "passed" | "failed" | "crashed" | "hung" | "unavailable" | "not_set_up"
     message: str
     report: str = ""
     findings: tuple[SanitizerFinding, ...] = field(default=())
@@ -68,19 +72,41 @@ class ChildResult:
 
 
 def recipe(row: Any) -> dict[str, Any] | None:
-    """How a child rebuilds ``row`` (a KernelSpec), or None when it cannot (a function defined in a notebook)."""
+    """How a child rebuilds ``row`` (a KernelSpec), or None when it cannot (a function defined in a notebook).
+
+    Raises opsource.ExportError when the row could be rebuilt but its op's declaration cannot be written out.
+    """
     from rapid_llm.kernels.jit_row import JitRow
 
     target = row.target
     if isinstance(target, JitRow):
-        return {"kind": "jit", "name": row.name, "op": row.op, "source": str(target.source), "fn": target.fn,
-                "out": target.out, "dtypes": list(row.dtypes), "layouts": list(row.layouts),
-                "baseline": row.golden.baseline}
-    if isinstance(target, str) and (row.available is None or isinstance(row.available, str)):
-        return {"kind": "ref", "name": row.name, "op": row.op, "backend": row.backend, "target": target,
-                "available": row.available, "dtypes": list(row.dtypes), "devices": list(row.devices),
-                "layouts": list(row.layouts), "baseline": row.golden.baseline}
-    return None
+        job = {"kind": "jit", "name": row.name, "op": row.op, "source": str(target.source), "fn": target.fn,
+               "out": target.out, "dtypes": list(row.dtypes), "layouts": list(row.layouts),
+               "baseline": row.golden.baseline}
+    elif isinstance(target, str) and (row.available is None or isinstance(row.available, str)):
+        job = {"kind": "ref", "name": row.name, "op": row.op, "backend": row.backend, "target": target,
+               "available": row.available, "dtypes": list(row.dtypes), "devices": list(row.devices),
+               "layouts": list(row.layouts), "baseline": row.golden.baseline}
+    else:
+        return None
+    declaration = declaration_file(row.op)
+    if declaration is not None:
+        job["declaration"] = str(declaration)
+    return job
+
+
+def declaration_file(op: str) -> Path | None:
+    """A module declaring ``op`` as it is live here, for a child to import; None for the library's own ops."""
+    from rapid_llm.kernels import opsource, platform
+
+    if not opsource.needs_export(op):
+        return None
+    text = opsource.module_source(op, replace=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = platform.cache_dir("declarations") / f"{op}_{digest}.py"
+    if not path.is_file():
+        platform.write_atomic(path, text)
+    return path
 
 
 def sanitizer_path() -> str | None:
@@ -111,6 +137,9 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
                                    "loop, or a kernel waiting forever); the child was killed" + tail)
     findings = tuple(parse_sanitizer(proc.stdout + proc.stderr, tool, Path(recipe.get("source", "")))) if tool else ()
     result = _result_line(proc.stdout)
+    if result is not None and result.get("setup_error"):
+        return ChildResult("not_set_up", f"the child process could not set up {recipe['name']}: "
+                                         f"{result['setup_error']}", findings=findings)
     if result is None:
         return ChildResult("crashed", f"{recipe['name']} crashed its process (exit status {proc.returncode}): "
                                       f"{_device_message(proc.stderr + proc.stdout)}", findings=findings)

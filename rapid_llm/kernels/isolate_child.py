@@ -23,6 +23,8 @@ def register(job: dict[str, Any]) -> str:
     from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
 
     spec.all_ops()  # discover the shipped ops first: the row's op and its baseline come from there
+    if job.get("declaration"):  # an op the parent's notebook declared: its declaration, written out
+        load_declaration(job["op"], job["declaration"])
     golden = GoldenRecord(verified=False, baseline=job.get("baseline"))
     if job["kind"] == "jit":
         flags = ("-O3", "-lineinfo") if job.get("lineinfo") else ("-O3",)
@@ -36,6 +38,27 @@ def register(job: dict[str, Any]) -> str:
                          devices=tuple(job["devices"]), golden=golden, layouts=tuple(job["layouts"]))
     spec.register(row, replace=True)
     return row.name
+
+
+def load_declaration(op: str, path: str) -> None:
+    """Import the module that declares ``op`` (rapid_llm.kernels.opsource wrote it)."""
+    import importlib.util
+
+    module_spec = importlib.util.spec_from_file_location(f"rapid_llm_declared_{op}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot import the declaration of {op!r} from {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module
+    module_spec.loader.exec_module(module)
+
+
+def set_up(job: dict[str, Any]) -> str:
+    """Register the row and build it now, so that a failure here is told apart from the kernel's own."""
+    from rapid_llm.kernels import spec
+
+    name = register(job)
+    spec.get_row(name).call_path()
+    return name
 
 
 def device_error() -> str | None:
@@ -55,7 +78,12 @@ def device_error() -> str | None:
 def main(job: dict[str, Any]) -> int:
     from rapid_llm.kernels.golden import verify
 
-    name = register(job)
+    try:
+        name = set_up(job)
+    except Exception as exc:  # noqa: BLE001 - any failure to set up is reported, in one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(RESULT_MARK + json.dumps({"setup_error": f"{type(exc).__name__}: {first}"}), flush=True)
+        return 0
     report = verify(name, dtypes=job.get("dtypes_to_check"), sizes=job.get("sizes"), record=False, isolate=False)
     g = report.record
     print(RESULT_MARK + json.dumps({"passed": report.passed, "report": str(report),

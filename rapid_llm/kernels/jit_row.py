@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,7 +64,7 @@ class JitRow:
         self.out = out
         self.flags = tuple(flags)  # the build's nvcc/NVRTC flags (a sanitizer run adds -lineinfo)
         self.digest = digest
-        self.not_built = not_built  # why this machine did not build it (a %%cuda_jit cell without CUDA)
+        self.not_built = not_built  # why it cannot run here (a %%cuda_jit cell without CUDA: unbuilt, or compiled only)
         self._launcher = launcher
         self._bound: Callable[..., Any] | None = None
         #: the source's digest when its launcher was built here (promote checks the file is still that code)
@@ -75,7 +76,7 @@ class JitRow:
     def launcher(self) -> Callable[..., Any]:
         """The built launcher (building the source on first use)."""
         if self.not_built is not None:
-            raise RuntimeError(f"{self.source.name} was not built on this machine: {self.not_built}")
+            raise RuntimeError(f"{self.source.name} cannot run on this machine: {self.not_built}")
         if self._launcher is None:
             from rapid_llm.kernels.jit import load_jit
 
@@ -201,6 +202,14 @@ def register_cu_rows(root: Path | None = None) -> list[KernelSpec]:
     out = []
     for path in sorted(root.glob("*/*.cu")):
         fields = read_header(path.read_text(errors="replace"), str(path))
-        if fields is not None:
-            out.append(_spec.register(row_from_header(fields, path), replace=True))
+        if fields is None:
+            continue
+        try:
+            _spec.get_decl(fields["op"])
+        except RegistryError:  # a row without its op could never be verified, benchmarked or dispatched
+            warnings.warn(f"{path}: its row {fields['name']} serves op {fields['op']!r}, which no op group "
+                          "declares; the row is not registered (promote() ships a notebook's op with its row)",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        out.append(_spec.register(row_from_header(fields, path), replace=True))
     return out

@@ -5,12 +5,15 @@ with one line added at the top: the row it declares, with the golden record of
 its last passing ``verify``. The registry reads that line (see jit_row), so the
 row is then shipped: dispatched, verified by the parametrized row tests and
 timed by ``bench_op`` like any other, with no Python file to write.
+
+A row of an op the library does not declare ships its op too: the notebook's
+declaration (native floor, reference, bench case) is written out as
+``kernels/ops/<group>/<op>.py`` (rapid_llm.kernels.opsource) and imported by
+the group's ``__init__.py``, so the library never holds a row without its op.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
 from rapid_llm.kernels import platform
@@ -35,38 +38,58 @@ class Promotion:
     launcher: str
     golden: GoldenRecord
     replaced: bool
+    declaration: Path | None = None  # the op's declaration, written because the library did not have it
 
     def __str__(self) -> str:
-        shown = self.path.relative_to(platform.PACKAGE_DIR.parent) if self.path.is_relative_to(
-            platform.PACKAGE_DIR.parent) else self.path
         what = "replaced" if self.replaced else "added"
-        return (f"{what} {self.row} for op {self.op!r}: {shown} (launcher {self.launcher}()), golden verified, "
-                f"max |diff| {self.golden.max_abs_diff:g} vs {self.golden.baseline}. It is now a shipped row: "
-                f"tests/kernels/test_rows.py verifies it and bench_op({self.op!r}) times it.")
+        text = (f"{what} {self.row} for op {self.op!r}: {_shown(self.path)} (launcher {self.launcher}()), golden "
+                f"verified, max |diff| {self.golden.max_abs_diff:g} vs {self.golden.baseline}.")
+        if self.declaration is not None:
+            text += f" The op itself is declared in {_shown(self.declaration)} (native floor, reference, bench case)."
+        return text + (f" It is now a shipped row: tests/kernels/test_rows.py verifies it and bench_op({self.op!r}) "
+                       "times it.")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def _shown(path: Path) -> Path:
+    root = platform.PACKAGE_DIR.parent
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _default_group(op: str, source: Path, csrc: Path) -> str:
+    """The cell's folder, unless the cell sat in csrc/ itself: then the op's group, else the op's name."""
+    folder = source.parent.name
+    if folder and folder != "csrc" and folder.isidentifier():
+        return folder
+    return _spec.op_group(op) or op
+
+
+def _declaration_files(op: str, group: str, package: Path, replace: bool) -> dict[Path, str]:
+    """What ships the op's declaration: ops/<group>/<op>.py, and the group's __init__.py importing it."""
+    from rapid_llm.kernels.opsource import module_source
+
+    folder = package / "kernels" / "ops" / group
+    module = folder / f"{op}.py"
+    if module.exists() and not replace:
+        raise PromoteError(f"promote: {module} already exists; pass replace=True to replace the op's declaration")
+    init = folder / "__init__.py"
+    line = f"from rapid_llm.kernels.ops.{group} import {op}  # noqa: F401 - declares the op\n"
+    text = init.read_text() if init.exists() else f'"""Ops of the {group} group (written by promote())."""\n'
+    return {module: module_source(op, replace=False), init: text + ("" if line in text else line)}
 
 
 def promote(row: str, *, name: str | None = None, group: str | None = None, replace: bool = False,
-            csrc: Path | None = None) -> Promotion:
+            package: Path | None = None) -> Promotion:
     """Ship the verified JIT row ``row`` (e.g. a ``%%cuda_jit`` cell's ``jit/scale_vec``).
 
     ``name`` is the shipped file's stem and the row's name after ``jit/``
     (default: the cell's NAME); ``group`` the folder under kernels/csrc/
-    (default: the cell's ``--group``). Replacing an existing shipped source
-    or row needs ``replace=True``. Refuses, with the reason, a row that is
-    not a JIT row with a source, is golden-unverified, or whose source
-    changed since it was built.
+    (default: the cell's ``--group``). ``package`` is the package folder
+    written into (default: the installed rapid_llm; a tutorial or a test
+    passes a copy). Replacing an existing
+    shipped source or row needs ``replace=True``. Refuses, with the reason,
+    a row that is not a JIT row with a source, is golden-unverified, whose
+    source changed since it was built, or whose op cannot be shipped with it
+    (its declaration uses a lambda, say); nothing is written then.
     """
     spec = _spec.get_row(row)
     target = spec.target
@@ -85,12 +108,14 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     bad = next((i for i, line in enumerate(text.splitlines(), 1) if not line.isascii()), None)
     if bad is not None:
         raise PromoteError(f"promote({row!r}): line {bad} of {target.source} is not ASCII (shipped sources are)")
+    package = Path(package) if package is not None else platform.PACKAGE_DIR
+    csrc = package / "kernels" / "csrc"
     name = name or target.source.stem
-    group = group or target.source.parent.name
+    group = group or _default_group(spec.op, target.source, csrc)
     for what, value in (("name", name), ("group", group)):
         if not value.isidentifier():
             raise PromoteError(f"promote({row!r}): {what} must be an identifier, got {value!r}")
-    dest = (csrc or platform.CSRC) / group / f"{name}.cu"
+    dest = csrc / group / f"{name}.cu"
     shipped = f"jit/{name}"
     try:
         existing = _spec.get_row(shipped)
@@ -115,6 +140,18 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     fields = {k: v for k, v in fields.items() if v is not None}
     shipped_text = write_header(text, fields)
     read_header(shipped_text, str(dest))  # what the registry will read back must parse
-    _write_atomic(dest, shipped_text)
+    files = {} if _spec.library_declares(spec.op) else _declaration_files(spec.op, group, package, replace)
+    files[dest] = shipped_text  # last: a row is never on disk without its op
+    written: list[tuple[Path, str | None]] = []
+    try:
+        for path, body in files.items():
+            before = path.read_text() if path.exists() else None
+            platform.write_atomic(path, body)
+            written.append((path, before))
+    except BaseException:
+        for path, before in reversed(written):  # leave the package as it was
+            path.unlink() if before is None else platform.write_atomic(path, before)
+        raise
     _spec.register(row_from_header(fields, dest), replace=True)
-    return Promotion(shipped, spec.op, dest, target.fn, golden, clobbers)
+    declaration = next((p for p in files if p.suffix == ".py" and p.name != "__init__.py"), None)
+    return Promotion(shipped, spec.op, dest, target.fn, golden, clobbers, declaration)

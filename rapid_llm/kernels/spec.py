@@ -48,6 +48,9 @@ __all__ = [
     "isolated",
     "declare",
     "get_decl",
+    "is_library_decl",
+    "library_declares",
+    "op_group",
     "on_change",
 ]
 
@@ -460,3 +463,29 @@ def get_decl(op: str) -> Any:
         known = ", ".join(sorted(_state.decls)) or "none"
         raise RegistryError(f"op {op!r} is not declared (declared ops: {known}); declare it with "
                             "rapid_llm.kernels.declare_op") from None
+
+
+def _library_decls() -> dict[str, Any]:
+    return {item.name: item for kind, item in (_shipped or ()) if kind == "decl"}
+
+
+def library_declares(op: str) -> bool:
+    """Whether an op group of the library declares ``op`` (a notebook may have replaced the declaration since)."""
+    _discover()
+    return op in _library_decls()
+
+
+def is_library_decl(op: str) -> bool:
+    """Whether ``op``'s live declaration is the library's own, not one a notebook or a test made."""
+    _discover()
+    decl = _state.decls.get(op)
+    return decl is not None and _library_decls().get(op) is decl
+
+
+def op_group(op: str) -> str | None:
+    """The op group (``rapid_llm.kernels.ops.<group>``) whose rows serve ``op``, or None for a notebook's op."""
+    prefix = OPS_PACKAGE + "."
+    for row in rows_for(op):
+        if row.name in _state.shipped and isinstance(row.target, str) and row.target.startswith(prefix):
+            return row.target[len(prefix):].split(".", 1)[0]
+    return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 __all__ = ["WorkspaceError", "project_root", "default_csrc", "check_identifier", "cell_path", "write_atomic"]
@@ -58,30 +57,7 @@ def cell_path(csrc: Path, group: str, name: str, suffix: str = ".cu") -> Path:
 
 
 def write_atomic(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` via a temp file and a rename; False when it already held it.
+    """Write a cell's source atomically (rapid_llm.kernels.platform.write_atomic); False when unchanged."""
+    from rapid_llm.kernels.platform import write_atomic as write
 
-    A reader (the compiler, an editor, another kernel) sees the old file or
-    the new one, never half of one. An unchanged file is left untouched.
-    """
-    path = Path(path)
-    data = text.encode("utf-8")
-    mode = 0o644  # mkstemp's 0600 would hide the source from a build run as another user
-    try:
-        if path.read_bytes() == data:
-            return False
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
+    return write(path, text)

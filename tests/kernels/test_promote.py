@@ -49,9 +49,15 @@ def _call(fn, x, factor):
     return out
 
 
-REFERENCE = Reference(
-    make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype=dtype, device=device), 1.5),
-    oracle=lambda x, factor: x.double() * factor * 2, call=_call)
+def _make_inputs(shape, dtype, device, gen):
+    return (torch.randn(shape, generator=gen).to(dtype=dtype, device=device), 1.5)
+
+
+def _oracle(x, factor):
+    return x.double() * factor * 2
+
+
+REFERENCE = Reference(make_inputs=_make_inputs, oracle=_oracle, call=_call)
 
 
 def _bench(numel, dtype, device):
@@ -92,10 +98,10 @@ def test_an_op_declared_from_a_notebook_is_reachable_and_checkable(cell_row):
 def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_path):
     row = cell_row()
     with pytest.raises(PromoteError, match="golden-unverified; run verify"):
-        promote(row, csrc=tmp_path / "shipped")
+        promote(row, package=tmp_path / "pkg")
     assert verify(row).passed
-    done = promote(row, name="twice", csrc=tmp_path / "shipped")
-    assert done.row == "jit/twice" and done.path == tmp_path / "shipped" / "demo" / "twice.cu"
+    done = promote(row, name="twice", package=tmp_path / "pkg")
+    assert done.row == "jit/twice" and done.path == tmp_path / "pkg" / "kernels" / "csrc" / "demo" / "twice.cu"
     assert "tests/kernels/test_rows.py" in str(done)
     text = done.path.read_text()
     assert text.startswith(jit_row.HEADER_PREFIX) and text.count("RL_EXPORT(twice)") == 1
@@ -104,26 +110,26 @@ def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_
     # A fresh registry finds the row in the file alone, with its golden record.
     with spec.isolated():
         declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, devices=("cpu",))
-        (found,) = jit_row.register_cu_rows(tmp_path / "shipped")
+        (found,) = jit_row.register_cu_rows(tmp_path / "pkg" / "kernels" / "csrc")
         assert found.name == "jit/twice" and found.golden == shipped.golden and found.target.fn == "twice"
     with pytest.raises(PromoteError, match="already exists; pass replace=True"):
-        promote(row, name="twice", csrc=tmp_path / "shipped")
-    assert promote(row, name="twice", csrc=tmp_path / "shipped", replace=True).replaced
+        promote(row, name="twice", package=tmp_path / "pkg")
+    assert promote(row, name="twice", package=tmp_path / "pkg", replace=True).replaced
 
 
 def test_promote_refuses_what_cannot_ship(cell_row, tmp_path):
     with pytest.raises(PromoteError, match="only a JIT row built from a .cu source can ship"):
-        promote("native/twice", csrc=tmp_path)
+        promote("native/twice", package=tmp_path)
     row = cell_row(wrong="3.0")  # a wrong kernel: verify fails, so it never becomes shippable
     assert not verify(row).passed
     with pytest.raises(PromoteError, match="golden-unverified"):
-        promote(row, csrc=tmp_path)
+        promote(row, package=tmp_path)
     row = cell_row()
     assert verify(row).passed
     src = spec.get_row(row).target.source
     src.write_text(src.read_text() + "// edited after verification\n")
     with pytest.raises(PromoteError, match="changed since it was built and verified"):
-        promote(row, csrc=tmp_path)
+        promote(row, package=tmp_path)
 
 
 def test_a_passing_verification_is_remembered_by_source_digest(cell_row):

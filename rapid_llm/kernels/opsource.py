@@ -1,0 +1,230 @@
+"""An op declared in a notebook, written out as a Python module that declares it again.
+
+Two places need a notebook's declaration outside the notebook: the child
+process that runs a row's first ``verify`` (it knows only the library's ops
+until it imports this module) and ``promote()``, which ships the op's group.
+Both get the same text: the declaration's own functions (native floor,
+reference, bench case), taken by their source, with what those functions use
+from the notebook's globals. A module becomes an import, an object that lives
+in an importable module a ``from ... import``, a function of the notebook its
+source again (transitively), and a plain constant a literal. Anything else (a
+lambda, a closure, a global dict, a class of the notebook) is refused with the
+reason, before anything is written.
+"""
+from __future__ import annotations
+
+import ast
+import dis
+import importlib
+import inspect
+import textwrap
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.spec import RegistryError
+
+__all__ = ["ExportError", "module_source", "needs_export"]
+
+#: The Reference fields that are functions, in the order they are written.
+_REFERENCE_FUNCTIONS = ("make_inputs", "oracle", "call", "edge_cases", "magnitude")
+_LITERALS = (int, float, complex, str, bytes, bool, type(None))
+
+
+class ExportError(RegistryError):
+    """A declaration that cannot be written out as source; the message says which function and why."""
+
+
+def needs_export(op: str) -> bool:
+    """Whether ``op``'s live declaration is not the library's own (a notebook declared or replaced it)."""
+    return not _spec.is_library_decl(op)
+
+
+@dataclass
+class _Module:
+    """The module being written: imports, constants and functions by the name they are bound to."""
+
+    op: str
+    imports: dict[str, str] = field(default_factory=dict)  # bound name -> import statement
+    constants: dict[str, str] = field(default_factory=dict)  # bound name -> literal
+    functions: dict[str, str] = field(default_factory=dict)  # bound name -> source, in dependency order
+    taken: dict[str, Any] = field(default_factory=dict)  # bound name -> the object it stands for
+
+    def bind(self, name: str, obj: Any, why: str) -> None:
+        if name in self.taken and self.taken[name] is not obj and self.taken[name] != obj:
+            raise ExportError(f"op {self.op!r}: the name {name!r} stands for two different objects ({why}); "
+                              "rename one of them in the notebook")
+        self.taken[name] = obj
+
+    def reference(self, obj: Any, name: str | None, why: str) -> str:
+        """The name ``obj`` is written under in the module, adding what defines it."""
+        if isinstance(obj, types.ModuleType):
+            bound = name or obj.__name__.rsplit(".", 1)[-1]
+            self.bind(bound, obj, why)
+            self.imports[bound] = (f"import {obj.__name__}" if bound == obj.__name__
+                                   else f"import {obj.__name__} as {bound}")
+            return bound
+        home = _importable_home(obj)
+        if home is not None:
+            module, qualname = home
+            bound = name or qualname
+            self.bind(bound, obj, why)
+            self.imports[bound] = (f"from {module} import {qualname}" if bound == qualname
+                                   else f"from {module} import {qualname} as {bound}")
+            return bound
+        if isinstance(obj, types.FunctionType):
+            return self.function(obj, why)
+        literal = _literal(obj)
+        if literal is not None and name is not None:
+            self.bind(name, obj, why)
+            if literal.startswith("torch."):
+                self.reference(importlib.import_module("torch"), "torch", why)
+            self.constants[name] = literal
+            return name
+        kind = "a class defined in the notebook" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        raise ExportError(f"op {self.op!r}: {why} uses {name or obj!r}, {kind}, which cannot be written out as "
+                          "source: make it a plain constant or a function, or move it into an importable module")
+
+    def function(self, fn: types.FunctionType, why: str) -> str:
+        name = fn.__name__
+        if name in self.functions and self.taken.get(name) is fn:
+            return name
+        where = f"{why} ({name})" if why != name else name
+        if name == "<lambda>":
+            raise ExportError(f"op {self.op!r}: {why} is a lambda, which cannot be shipped: define it with def")
+        if fn.__closure__:
+            free = ", ".join(fn.__code__.co_freevars)
+            raise ExportError(f"op {self.op!r}: {where} is a closure over {free}: define it at the top level of a "
+                              "cell, taking what it needs as arguments or globals")
+        if fn.__qualname__ != name:
+            raise ExportError(f"op {self.op!r}: {where} is defined inside {fn.__qualname__.rsplit('.', 1)[0]}: "
+                              "define it at the top level of a cell")
+        try:
+            source = textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            raise ExportError(f"op {self.op!r}: the source of {where} cannot be found (defined with exec?)") from None
+        self.bind(name, fn, why)
+        self.functions[name] = ""  # reserved: a recursive function refers to itself
+        for used in _global_names(fn, source):
+            if used in fn.__globals__:
+                value = fn.__globals__[used]
+                if value is fn:
+                    continue
+                self.reference(value, used, name)
+            elif not _is_builtin(used):
+                raise ExportError(f"op {self.op!r}: {name} uses the name {used!r}, which is not defined in the "
+                                  "notebook")
+        del self.functions[name]
+        self.functions[name] = source.rstrip() + "\n"  # after what it uses: decorators and defaults run at def
+        return name
+
+
+def _is_builtin(name: str) -> bool:
+    import builtins
+
+    return hasattr(builtins, name)
+
+
+def _importable_home(obj: Any) -> tuple[str, str] | None:
+    """``(module, qualname)`` when ``from module import qualname`` gives back ``obj`` itself."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__" or "." in qualname \
+            or "<" in qualname:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError):
+        return None
+    return (module, qualname) if found is obj else None
+
+
+def _literal(value: Any) -> str | None:
+    """Python source for a plain constant, or None."""
+    try:
+        import torch
+
+        if isinstance(value, torch.dtype):
+            return str(value)  # "torch.float32"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"float({str(value)!r})"
+    if isinstance(value, _LITERALS):
+        return repr(value)
+    if isinstance(value, (tuple, list, frozenset, set, dict)):
+        text = repr(value)
+        try:
+            if ast.literal_eval(text) == value:
+                return text
+        except (ValueError, SyntaxError):
+            return None
+    return None
+
+
+def _global_names(fn: types.FunctionType, source: str) -> list[str]:
+    """Globals the function's body loads, plus names its decorators and defaults use (they run at def)."""
+    names: list[str] = []
+
+    def walk(code: types.CodeType) -> None:
+        for ins in dis.get_instructions(code):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval not in names:
+                names.append(ins.argval)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                walk(const)
+
+    walk(fn.__code__)
+    tree = ast.parse(source)
+    node = tree.body[0] if tree.body else None
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        outer = [*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+        for expr in outer:
+            for sub in ast.walk(expr):
+                if isinstance(sub, ast.Name) and sub.id not in names:
+                    names.append(sub.id)
+    return names
+
+
+def _callable_arg(mod: _Module, fn: Callable[..., Any] | None, what: str) -> str | None:
+    if fn is None:
+        return None
+    if isinstance(fn, str):  # a "module:attr" reference
+        module, attr = fn.split(":")
+        return mod.reference(_spec.resolve_ref(fn), attr, what)
+    return mod.reference(fn, None, what)
+
+
+def module_source(op: str, *, replace: bool) -> str:
+    """The text of a module that declares ``op`` as the live registry has it (its native floor, reference and
+    bench case); ``replace`` is passed to its ``declare_op`` (True for a child process, False to ship)."""
+    decl = _spec.get_decl(op)
+    native = next((r for r in _spec.rows_for(op) if r.is_native), None)
+    if native is None:
+        raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
+    mod = _Module(op)
+    for name in ("declare_op", "Reference"):
+        mod.reference(getattr(importlib.import_module("rapid_llm.kernels.opdecl"), name), name, "the declaration")
+    floor = _callable_arg(mod, native.target, "the native floor")
+    ref = decl.reference
+    ref_args = [f"{f}={_callable_arg(mod, getattr(ref, f), f'the reference {f}')}"
+                for f in _REFERENCE_FUNCTIONS if getattr(ref, f) is not None]
+    ref_args += [f"ulps={ref.ulps!r}", f"baseline_factor={ref.baseline_factor!r}"]
+    bench = _callable_arg(mod, decl.bench, "the bench case")
+    call = [f"    {op!r},", f"    doc={decl.doc!r},", f"    native={floor},",
+            f"    dtypes={tuple(native.dtypes)!r},", f"    devices={tuple(native.devices)!r},",
+            "    reference=Reference(" + ", ".join(ref_args) + "),", f"    bench={bench},",
+            f"    dispatch_arg={decl.dispatch_arg!r},", f"    token_numel={decl.token_numel!r},",
+            f"    replace={replace!r},"]
+    parts = [f'"""Op {op!r}: {decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that declared it '
+             '(rapid_llm.kernels.opsource); an ordinary module from here on: edit it freely."""',
+             "from __future__ import annotations", "",
+             *sorted(set(mod.imports.values()), key=lambda s: (not s.startswith("import "), s)), ""]
+    parts += [f"{name} = {text}" for name, text in mod.constants.items()]
+    for text in mod.functions.values():
+        parts += ["", "", text.rstrip()]
+    parts += ["", "", "declare_op(", *call, ")", ""]
+    text = "\n".join(parts)
+    compile(text, f"<declaration of {op}>", "exec")  # what is written must at least parse
+    return text
