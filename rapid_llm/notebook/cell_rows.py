@@ -87,7 +87,7 @@ def not_built(row: str, reason: str) -> tuple[Callable[..., Any], Callable[..., 
         raise RuntimeError(f"{row} was not built on this machine: {reason}")
 
     def probe(device: Any = None) -> Availability:
-        return Availability(False, f"not built: {reason}")
+        return Availability(False, reason)
 
     return target, probe
 

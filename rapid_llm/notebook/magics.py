@@ -9,7 +9,9 @@ touched only when a cell runs.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
+import re
 import shlex
 import time
 from pathlib import Path
@@ -40,7 +42,8 @@ class CudaJitMagics(Magics):
              "folder at or above the working directory with a pyproject.toml (else the working directory).",
     ).tag(config=True)
     default_group = Unicode(
-        "", help="Subfolder of csrc/ used when a cell gives no --group (empty: csrc/ itself)."
+        "", help="Subfolder of csrc/ used when a cell gives no --group (empty: the --op's group, which is the "
+                 "op's name for an op of the notebook's, else 'scratch')."
     ).tag(config=True)
     default_flags = List(
         Unicode(), default_value=["-O3"],
@@ -99,9 +102,7 @@ class CudaJitMagics(Magics):
         except ValueError as exc:  # the line's own quoting
             raise UsageError(f"%%cuda_jit {line.strip()}: {exc}") from None
         except UsageError as exc:
-            if "--flags" in str(exc) or "unrecognized arguments: -" in str(exc):
-                raise UsageError(f'{exc} (put nvcc flags in quotes: --flags "-lineinfo --use_fast_math")') from None
-            raise
+            raise UsageError(f"{exc}{_option_hint(str(exc), self.cuda_jit)}") from None
         try:
             return self._run(args, cell)
         except (workspace.WorkspaceError, cell_rows.RowError) as exc:
@@ -114,13 +115,15 @@ class CudaJitMagics(Magics):
 
     def _run(self, args: Any, cell: str) -> None:
         name = workspace.check_identifier(args.name, "NAME")
-        group = self.default_group if args.group is None else args.group
         if args.op is not None:
             workspace.check_identifier(args.op, "--op")
+            _check_op_declared(args.op)
         elif args.fn is not None:
             raise UsageError("--fn picks the launcher of the --op row; give --op too")
+        group = args.group if args.group is not None else (self.default_group or _group_of(args.op))
         if not cell.strip():
             raise UsageError(f"the cell is empty: write the CUDA C++ source of {name} below the %%cuda_jit line")
+        _check_torch_cell(name, cell)
         dtypes = cell_rows.parse_dtypes(args.dtypes, tuple(self.default_dtypes))
         try:
             flags = (*self.default_flags, *shlex.split(args.flags))
@@ -144,11 +147,18 @@ class CudaJitMagics(Magics):
         from rapid_llm.kernels import jit
 
         availability = jit.available()
+        compile_only = None
         if not availability:
-            self._without_build(args, name, path, shown, digest, dtypes, availability.reason)
-            return
+            compile_only = jit.can_compile(path, builder)
+            if not compile_only:
+                self._without_build(args, name, path, shown, digest, dtypes,
+                                    f"{availability.reason}; {compile_only.reason}")
+                return
         status = StatusLine(live=getattr(self.shell, "kernel", None) is not None)
         result = self._build(args, name, path, shown, flags, builder, status)
+        if compile_only is not None:
+            self._compiled_only(args, name, path, shown, digest, dtypes, result, status, availability.reason)
+            return
         self._expose(args, name, shown, digest, dtypes, result, status, flags)
 
     def _without_build(self, args: Any, name: str, path: Path, shown: str, digest: str, dtypes: tuple[str, ...],
@@ -158,8 +168,8 @@ class CudaJitMagics(Magics):
             row = cell_rows.row_name(name)
             from rapid_llm.kernels.jit_row import JitRow
 
-            _, probe = cell_rows.not_built(row, reason)
-            target = JitRow(path, args.fn or name, not_built=reason, out=args.out)
+            _, probe = cell_rows.not_built(row, f"not built: {reason}")
+            target = JitRow(path, args.fn or name, not_built=f"not built: {reason}", out=args.out)
             cell_rows.register_cell_row(
                 name, args.op, target=target, available=probe, dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
@@ -170,6 +180,33 @@ class CudaJitMagics(Magics):
             line += f"; row {cell_rows.row_name(name)} removed (this run has no --op)"
         print(line)
         self._hint_native(args.op)
+
+    def _compiled_only(self, args: Any, name: str, path: Path, shown: str, digest: str, dtypes: tuple[str, ...],
+                       result: Any, status: StatusLine, reason: str) -> None:
+        """A cell built where it cannot run (no CUDA device): compiler errors were checked, nothing is bound."""
+        from rapid_llm.kernels import jit
+        from rapid_llm.kernels.jit_row import JitRow
+
+        how = "loaded from cache" if result.cached else f"built in {result.seconds:.1f} s"
+        line = (f"{how} for {jit.target_arch_name()} (a compile check: {reason}, so nothing is bound); "
+                f"saved {shown}")
+        functions = cell_rows.exported_functions(result.module)
+        if args.op is not None:
+            launcher = cell_rows.pick_launcher(functions, name, args.fn)
+            row = cell_rows.row_name(name)
+            why = f"compiled here for {jit.target_arch_name()}, cannot run here: {reason}"
+            _, probe = cell_rows.not_built(row, why)
+            cell_rows.register_cell_row(
+                name, args.op, target=JitRow(path, launcher, not_built=why, out=args.out), available=probe,
+                dtypes=dtypes, graph_safe=not args.not_graph_safe, digest=digest,
+                description=f"%%cuda_jit {name} ({shown}), launcher {launcher}(), compiled without a GPU",
+            )
+            line += f"; row {row} registered for op {args.op!r} (unavailable here; golden unverified)"
+        elif cell_rows.drop_cell_row(name):
+            line += f"; row {cell_rows.row_name(name)} removed (this run has no --op)"
+        self._bind(name, {})  # nothing can run here; a later failed edit keeps this build's row
+        self.builds[name] = result
+        status.finish(line)
 
     def _build(self, args: Any, name: str, path: Path, shown: str, flags: tuple[str, ...],
                builder: str | None, status: StatusLine) -> Any:
@@ -291,3 +328,60 @@ class CudaJitMagics(Magics):
     def _hint_native(op: str | None) -> None:
         if op is not None and cell_rows.native_row(op) is None:
             print(cell_rows.native_row_hint(op))
+
+
+def _option_hint(message: str, magic: Any) -> str:
+    """What to do about a line argparse refused: the option meant, or quotes around compiler flags."""
+    match = re.search(r"unrecognized arguments: (.+)", message)
+    if match is None:
+        return ' (put nvcc flags in quotes: --flags "-lineinfo --use_fast_math")' if "--flags" in message else ""
+    options = sorted({o for action in magic.parser._actions for o in action.option_strings if o.startswith("--")})
+    hints = []
+    for word in match[1].split():
+        close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
+        if close:
+            hints.append(f"did you mean {close[0]}?")
+    if hints:
+        return " (" + "; ".join(hints) + " %%cuda_jit? lists the options)"
+    if match[1].startswith("-"):
+        return ' (put nvcc flags in quotes: --flags "-lineinfo --use_fast_math")'
+    return ""
+
+
+def _check_op_declared(op: str) -> None:
+    """A row needs its op declared first: a typo must not quietly start a new op."""
+    from rapid_llm.kernels import spec
+
+    ops = spec.all_ops()
+    if op in ops:
+        return
+    close = difflib.get_close_matches(op, ops, n=3, cutoff=0.6)
+    near = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise UsageError(f"--op {op}: no op {op!r} is declared. {near}A new op is declared first, with its native floor, "
+                     f"reference and bench case: K.declare_op({op!r}, native=..., reference=K.Reference(...), "
+                     f"bench=...) (declared ops: {', '.join(ops)})")
+
+
+def _group_of(op: str | None) -> str:
+    """The folder of a cell given no --group: its op's group (its name for a notebook's op), else scratch."""
+    if op is None:
+        return "scratch"
+    from rapid_llm.kernels import spec
+
+    return spec.op_group(op) or op
+
+
+#: A cell for torch's extension loader: its headers included, at the start of a line.
+_TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:torch|ATen|c10|pybind11)/', re.M)
+_BINDINGS = re.compile(r"\b(?:PYBIND11_MODULE|TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\s*\(")
+
+
+def _check_torch_cell(name: str, cell: str) -> None:
+    """A torch-header cell without bindings would compile for a minute and then fail to import: say so now."""
+    if _TORCH_INCLUDE.search(cell) and not _BINDINGS.search(cell):
+        raise UsageError(
+            f"{name}: the cell includes torch's headers, so it builds through torch's extension loader (about a "
+            "minute), which needs bindings to import it, and it defines none. Add them at the end:\n"
+            "  PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"" + name + "\", &" + name + "); }\n"
+            "or include \"common/rapid_llm.cuh\" instead of torch's headers and export the launcher with "
+            "RL_EXPORT(" + name + "): the fast path builds that in under a second.")

