@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import ast
 import dis
+import functools
 import importlib
+import importlib.metadata
 import inspect
+import sys
 import textwrap
 import types
 from dataclasses import dataclass, field
@@ -46,6 +49,7 @@ class _Module:
     """The module being written: imports, constants and functions by the name they are bound to."""
 
     op: str
+    local_imports: bool = False  # may import modules that are not installed (a child shares our cwd)
     imports: dict[str, str] = field(default_factory=dict)  # bound name -> import statement
     constants: dict[str, str] = field(default_factory=dict)  # bound name -> literal
     functions: dict[str, str] = field(default_factory=dict)  # bound name -> source, in dependency order
@@ -60,6 +64,10 @@ class _Module:
     def reference(self, obj: Any, name: str | None, why: str) -> str:
         """The name ``obj`` is written under in the module, adding what defines it."""
         if isinstance(obj, types.ModuleType):
+            if not (self.local_imports or _installed(obj.__name__)):
+                raise ExportError(f"op {self.op!r}: {why} uses the module {obj.__name__}, which is not an installed "
+                                  "package, so the shipped op could not import it: move what it needs into the "
+                                  "notebook, or install the module")
             bound = name or obj.__name__.rsplit(".", 1)[-1]
             self.bind(bound, obj, why)
             self.imports[bound] = (f"import {obj.__name__}" if bound == obj.__name__
@@ -126,12 +134,24 @@ def _is_builtin(name: str) -> bool:
     return hasattr(builtins, name)
 
 
+@functools.cache
+def _distributions() -> frozenset[str]:
+    return frozenset(importlib.metadata.packages_distributions())
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` comes with Python or an installed distribution (what a shipped op may import)."""
+    top = module.split(".", 1)[0]
+    return top in sys.stdlib_module_names or top in sys.builtin_module_names or top in _distributions()
+
+
 def _importable_home(obj: Any) -> tuple[str, str] | None:
-    """``(module, qualname)`` when ``from module import qualname`` gives back ``obj`` itself."""
+    """``(module, qualname)`` when ``from module import qualname`` gives back ``obj`` itself and the module is
+    installed; a function of a local module (a script beside the notebook, the tests) is copied instead."""
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__" or "." in qualname \
-            or "<" in qualname:
+            or "<" in qualname or not _installed(module):
         return None
     try:
         found = getattr(importlib.import_module(module), qualname)
@@ -196,14 +216,15 @@ def _callable_arg(mod: _Module, fn: Callable[..., Any] | None, what: str) -> str
     return mod.reference(fn, None, what)
 
 
-def module_source(op: str, *, replace: bool) -> str:
+def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str:
     """The text of a module that declares ``op`` as the live registry has it (its native floor, reference and
-    bench case); ``replace`` is passed to its ``declare_op`` (True for a child process, False to ship)."""
+    bench case); ``replace`` is passed to its ``declare_op`` (True for a child process, False to ship).
+    ``local_imports`` lets it import modules that are not installed (a child process started here can)."""
     decl = _spec.get_decl(op)
     native = next((r for r in _spec.rows_for(op) if r.is_native), None)
     if native is None:
         raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
-    mod = _Module(op)
+    mod = _Module(op, local_imports)
     for name in ("declare_op", "Reference"):
         mod.reference(getattr(importlib.import_module("rapid_llm.kernels.opdecl"), name), name, "the declaration")
     floor = _callable_arg(mod, native.target, "the native floor")

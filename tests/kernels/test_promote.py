@@ -6,6 +6,7 @@ tensors (a host loop), so it can be built, verified and shipped without a GPU.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -139,3 +140,52 @@ def test_a_passing_verification_is_remembered_by_source_digest(cell_row):
     recalled = jit_row.recall_verification(digest)
     assert recalled is not None and recalled.verified and recalled.max_abs_diff == report.record.max_abs_diff
     assert jit_row.recall_verification("0" * 64) is None
+
+
+def test_a_cu_row_of_an_undeclared_op_is_not_registered(tmp_path):
+    src = tmp_path / "csrc" / "orphans" / "orphan.cu"
+    src.parent.mkdir(parents=True)
+    src.write_text(jit_row.write_header(CELL, {"name": "jit/orphan", "op": "no_such_op", "fn": "twice"}))
+    with pytest.warns(RuntimeWarning, match="serves op 'no_such_op', which no op group declares"):
+        assert jit_row.register_cu_rows(tmp_path / "csrc") == []
+    with pytest.raises(spec.RegistryError):
+        spec.get_row("jit/orphan")
+
+
+def test_promote_ships_a_notebook_op_whole_and_a_new_process_finds_it(cell_row, tmp_path):
+    """The op's declaration is written beside its row; a fresh interpreter importing that package has both."""
+    import os
+    import subprocess
+    import sys
+
+    row = cell_row()
+    assert verify(row).passed
+    package = tmp_path / "root" / "rapid_llm"
+    shutil.copytree(Path(K.__file__).resolve().parent.parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    done = promote(row, name="twice", package=package)
+    assert done.declaration == package / "kernels" / "ops" / "demo" / "twice.py"
+    assert "from rapid_llm.kernels.ops.demo import twice" in (package / "kernels" / "ops" / "demo" / "__init__.py").read_text()
+    assert "declared in" in str(done)
+    code = ("import torch, rapid_llm.kernels as K; print(K.__file__); print(sorted(r.name for r in K.rows_for('twice'))); "
+            "print(K.twice(torch.arange(3.0), 1.5).tolist())")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(tmp_path / "root")),
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    file, rows, values = proc.stdout.strip().splitlines()
+    assert file.startswith(str(package)) and rows == "['jit/twice', 'native/twice']" and values == "[0.0, 3.0, 6.0]"
+
+
+def test_promote_refuses_an_op_it_cannot_write_out_and_writes_nothing(tmp_path):
+    declare_op("thrice", native=lambda x, factor, out=None: x * 3 * factor, reference=REFERENCE, bench=_bench,
+               devices=("cpu",))
+    src = tmp_path / "csrc" / "demo" / "thrice_cell.cu"
+    src.parent.mkdir(parents=True)
+    src.write_text(CELL.replace("FACTOR2", "1.5"))
+    module = jit.build_jit("thrice_cell", src, builder="fast").module
+    target = jit_row.JitRow(src, "twice", launcher=module.twice, digest=jit_row.source_digest(src.read_text()))
+    spec.register(KernelSpec(name="jit/thrice_cell", op="thrice", backend="jit", target=target, dtypes=("fp32",),
+                             devices=("cpu",), golden=GoldenRecord(verified=True, max_abs_diff=0.0,
+                                                                   baseline="native/thrice")))
+    with pytest.raises(spec.RegistryError, match="the native floor is a lambda"):
+        promote("jit/thrice_cell", package=tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()

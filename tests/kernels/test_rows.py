@@ -53,3 +53,11 @@ def test_row_handles_an_empty_input(name):
     call = reference.call or (lambda f, *a: f(*a))
     out = call(row.load(), *args)
     assert out.numel() == 0 and out.dtype == dtype
+
+
+@pytest.mark.parametrize("op", spec.all_ops())
+def test_every_op_is_declared_with_one_native_floor(op):
+    """The library never holds a row whose op has no declaration (reference, bench case, floor)."""
+    decl = spec.get_decl(op)
+    assert decl.name == op and callable(decl.bench)
+    assert [r.backend for r in spec.rows_for(op)].count("native") == 1
