@@ -92,3 +92,55 @@ def test_without_compute_sanitizer_one_line_says_so(monkeypatch):
     runs = isolate.sanitize(isolate.recipe(spec.get_row(_row("works"))), tools=("memcheck", "racecheck"))
     assert {r.status for r in runs.values()} == {"unavailable"}
     assert runs["memcheck"].message.startswith("compute-sanitizer is not installed here")
+
+
+def _negate(x, out=None):
+    "-x, the floor of an op a 'notebook' declares."
+    return torch.neg(x, out=out)
+
+
+def _negate_inputs(shape, dtype, device, gen):
+    return (torch.randn(shape, generator=gen).to(dtype=dtype, device=device),)
+
+
+def _negate_oracle(x):
+    return -x.double()
+
+
+def _negate_case(numel, dtype, device):
+    from rapid_llm.kernels.opdecl import CaseArgs
+
+    return CaseArgs((torch.randn(numel, device=device).to(dtype),))
+
+
+def _declare_negate(native=_negate):
+    from rapid_llm.kernels.opdecl import Reference, declare_op
+
+    declare_op("negate", native=native, reference=Reference(make_inputs=_negate_inputs, oracle=_negate_oracle),
+               bench=_negate_case, devices=("cpu",))
+    spec.register(KernelSpec(name="external/negate_torch", op="negate", backend="external", target="torch:neg",
+                             devices=("cpu",), dtypes=("fp32",)))
+    return spec.get_row("external/negate_torch")
+
+
+def test_a_child_learns_an_op_declared_only_in_this_process():
+    job = isolate.recipe(_declare_negate())
+    assert job["declaration"].endswith(".py")  # the declaration, written out for the child
+    result = isolate.run_child(job, dtypes=["fp32"], sizes=[1, 4097])
+    assert result.status == "passed", result.message + result.report
+
+
+def test_a_child_that_cannot_set_the_row_up_says_so_and_is_not_a_crash(tmp_path):
+    job = isolate.recipe(_declare_negate())
+    broken = tmp_path / "declaration.py"
+    broken.write_text("raise ImportError('no such module: my_helpers')\n")
+    result = isolate.run_child(dict(job, declaration=str(broken)), dtypes=["fp32"], sizes=[1])
+    assert result.status == "not_set_up" and not result.broken
+    assert result.message == ("the child process could not set up external/negate_torch: "
+                              "ImportError: no such module: my_helpers")
+
+
+def test_verify_says_in_one_line_why_an_op_cannot_reach_the_child():
+    row = _declare_negate(native=lambda x, out=None: torch.neg(x, out=out))
+    report = verify(row.name, dtypes=["fp32"], sizes=[1], isolate=True)
+    assert any("the native floor is a lambda" in note for note in report.notes), report.notes
