@@ -53,14 +53,7 @@ class BuildError(RuntimeError):
         self.source = source
 
 
-def nvcc_path() -> str | None:
-    """nvcc from $CUDA_HOME / $CUDA_PATH, else from PATH."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
-        return os.path.join(home, "bin", "nvcc")
-    return shutil.which("nvcc")
-
-
+nvcc_path = platform.nvcc_path  # one owner; kept here for the builders that import it from the cache
 
 @dataclasses.dataclass(frozen=True)
 class BuildRequest:

@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "torch_dtype", "device_label", "size_bucket", "sm_version",
-    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug", "cuda_tool", "write_atomic",
+    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "slug", "cuda_tool", "nvcc_path", "write_atomic",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
 
@@ -156,9 +156,15 @@ def supported_archs() -> tuple[str, ...]:
     a check asks for these rather than failing on an arch nobody could build.
     Asked once per nvcc (one quick process), never at import.
     """
+    return _targetable(nvcc_path())
+
+
+def nvcc_path() -> str | None:
+    """nvcc from $CUDA_HOME / $CUDA_PATH, else from PATH (the toolkit every build and probe uses)."""
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    nvcc = os.path.join(home, "bin", "nvcc") if home and os.path.exists(os.path.join(home, "bin", "nvcc")) else None
-    return _targetable(nvcc or cuda_tool("nvcc"))
+    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return os.path.join(home, "bin", "nvcc")
+    return shutil.which("nvcc")
 
 
 @functools.cache

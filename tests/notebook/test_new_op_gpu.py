@@ -42,6 +42,8 @@ def test_a_new_op_declared_in_a_kernel_ships_whole_and_a_new_process_dispatches_
     nb.cells = [c for c in nb.cells if c.cell_type == "code"]
     for cell in nb.cells:
         cell.outputs = []
+    nb.cells.append(new_code_cell('report = verify("jit/gelu_fast", sanitize=("memcheck",), dtypes=["bf16"])\n'
+                                  'print("SANITIZED", report.passed, report.notes)'))
     nb.cells.append(new_code_cell("print('SCRATCH=' + str(SCRATCH))"))
     work = tmp_path / "work"  # no pyproject.toml above: the cell lands in work/csrc, not the checkout's
     work.mkdir()
@@ -53,6 +55,8 @@ def test_a_new_op_declared_in_a_kernel_ships_whole_and_a_new_process_dispatches_
     assert "first run in a child process: passed" in everything, everything
     assert "added jit/gelu_tanh for op 'gelu_tanh'" in everything, everything
     assert (work / "csrc" / "gelu_tanh" / "gelu_fast.cu").is_file()
+    sanitized = next(t for t in texts if t.startswith("SANITIZED"))
+    assert sanitized.startswith("SANITIZED True") and "compute-sanitizer: memcheck passed" in sanitized, sanitized
     scratch = Path(next(t for t in texts if t.startswith("SCRATCH=")).strip().split("=", 1)[1])
     package = scratch / "rapid_llm"
     assert (package / "kernels" / "ops" / "gelu_tanh" / "gelu_tanh.py").is_file()
