@@ -11,12 +11,16 @@
 #   scripts/gpu_validate.sh OUTDIR checks  # verify's defect kernels, the sanitizer, strided dispatch, a kernel's
 #                                          # printf in its cell, SASS in inspect(), profile() under ncu,
 #                                          # occupancy against the driver, notebook 08, dispatch overhead
+#   scripts/gpu_validate.sh OUTDIR newop   # a notebook's op all the way (notebook 09 in a fresh kernel, verify
+#                                          # in a child and under memcheck, promote into a copy, a new process),
+#                                          # the shipped .cu rows compiled per arch (NVRTC here), notebook 09's
+#                                          # outputs saved and checked with strict nbval
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -56,7 +60,14 @@ case $stage in
     step notebook_08 python scripts/run_notebooks.py notebooks/08_inside_a_kernel.ipynb
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
     ;;
+  newop)
+    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_new_op_gpu.py \
+      tests/notebook/test_magic_compile_only.py tests/kernels/test_cu_compile.py tests/kernels/test_isolate.py \
+      tests/kernels/test_promote.py
+    step notebook_09 python scripts/run_notebooks.py notebooks/09_new_op.ipynb
+    step nbval_09 python -m pytest -q -p no:cacheprovider --nbval notebooks/09_new_op.ipynb
+    ;;
   *)
-    echo "unknown stage $stage (tests, jit, bench, llm or checks)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, jit, bench, llm, checks or newop)" >&2; exit 2 ;;
 esac
 exit $status
