@@ -1,16 +1,22 @@
 """Benchmark one op through bench_op: every row that can run here, cold L2, against the copy roofline.
 
     python benchmarks/bench_op.py OP [--sizes 1024 1048576] [--dtypes bf16 fp32] [--rows native/scale ...]
-                                     [--no-record] [--out benchmarks/results/<op>_<gpu>.json]
+                                     [--record] [--out benchmarks/results/<op>_<gpu>.json]
     python benchmarks/bench_op.py --check-harness
 
 Each row is called through its KernelSpec target on the op's declared bench
 case (never through dispatch, so each figure is the row itself); bytes moved
 come from the case, and the copy roofline is measured by the same harness.
-Rows that cannot run here are listed with the reason. Figures are recorded
-for this session and the local store unless --no-record; --out writes them
-as a results file that, committed under benchmarks/results/, ranks rows on
-every machine of this GPU kind.
+Rows that cannot run here are listed with the reason. --out writes the
+figures as a results file that, committed under benchmarks/results/, ranks
+rows on every machine of this GPU kind.
+
+The figures are printed, not recorded, unless --record: this process's
+session ends when it exits, so the one lasting effect of recording is the
+local store, which dispatch ranks by only when opted in
+(RAPID_LLM_LOCAL_MEASUREMENTS=1). A look at the numbers should not leave
+figures behind that a later notebook or plot might take for the committed
+ones. --record keeps them there, for that opt-in on this machine.
 
 ``--check-harness`` prints the two figures that say the harness can be
 trusted: below the L2 size nothing beats the copy roofline with cold L2
@@ -116,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--graph", action="store_true", help="time through CUDA graphs (no launch overhead)")
-    parser.add_argument("--no-record", action="store_true", help="do not record the medians (this session, local store)")
+    parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=False,
+                        help="keep the medians in the local store (ranked by only with RAPID_LLM_LOCAL_MEASUREMENTS=1)")
     parser.add_argument("--out", type=Path, help="write the figures as a results file (for benchmarks/results/)")
     parser.add_argument("--check-harness", action="store_true", help="cold-L2 and run-to-run spread checks only")
     args = parser.parse_args(argv)
@@ -138,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row, why in eligible_rows(args.op, (args.dtypes or ["fp32"])[0], device, sizes[0]).items():
         if why is not None:
             print(f"skipped {row}: {why}")
-    results = bench_op(args.op, sizes, dtypes=args.dtypes, rows=args.rows, record=not args.no_record, device=device,
+    results = bench_op(args.op, sizes, dtypes=args.dtypes, rows=args.rows, record=args.record, device=device,
                        graph=args.graph, repeats=args.repeats)
     roofline = copy_roofline(device)
     print_table(args.op, results, roofline, platform.device_label(device))

@@ -64,6 +64,8 @@ __all__ = [
 #: CPU set stays modest because Triton rows there run in its interpreter.
 CPU_SIZES = (1, 4097, 65536)
 CUDA_SIZES = (1, 4097, 1 << 24)
+#: How the rule of a dtype that was never compared starts (the rest says why).
+_NOT_COMPARED = "not compared: "
 #: Worst elements kept per dtype, and how many |diff| values feed the histogram.
 TOP_K = 5
 HISTOGRAM_SAMPLES = 200_000
@@ -138,13 +140,34 @@ class DtypeResult:
     def worst_element(self) -> ElementDiff | None:
         return self.worst[0] if self.worst else None
 
+    def failure_reasons(self) -> list[str]:
+        """Why this dtype failed, in the row itself: a defect fails it with 0 bad elements, and its
+        line below the table is easy to miss."""
+        if self.passed:
+            return []
+        reasons = []
+        if self.error is not None:
+            reasons.append(self.rule.removeprefix(_NOT_COMPARED) if self.rule.startswith(_NOT_COMPARED) else "error")
+        if self.n_bad:
+            reasons.append(f"{self.n_bad} bad element{'' if self.n_bad == 1 else 's'}")
+        reasons += dict.fromkeys(d.kind for d in self.defects)
+        return reasons
+
+    @property
+    def verdict(self) -> str:
+        """"pass", or "FAIL: " and the reasons ("FAIL: guard_band", "FAIL: 3 bad elements")."""
+        if self.passed:
+            return "pass"
+        reasons = self.failure_reasons()
+        return "FAIL: " + ", ".join(reasons) if reasons else "FAIL"
+
     def cells(self) -> tuple[str, ...]:
         """This dtype's row of the report table (COLUMNS): the text and the HTML forms share it."""
         w = self.worst_element
         worst = self.error or ("-" if w is None else
                                f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
         of_allowed = "-" if w is None else ("inf" if math.isinf(w.ratio) else f"{w.ratio:.2g}x")
-        return (self.dtype, "pass" if self.passed else "FAIL", _fmt(self.max_abs_diff), _fmt(self.max_rel_diff),
+        return (self.dtype, self.verdict, _fmt(self.max_abs_diff), _fmt(self.max_rel_diff),
                 of_allowed, _fmt(self.max_abs_diff_vs_baseline), _fmt(self.baseline_max_abs_diff),
                 f"{self.n_bad}/{self.n_elements}", worst)
 
@@ -212,6 +235,8 @@ class GoldenReport:
 
     def _header(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
+        if not self.passed and all(r.passed for r in self.results):  # no row says why: the sanitizer did
+            verdict += f": {len(self.findings)} sanitizer finding{'' if len(self.findings) == 1 else 's'}"
         return f"golden {self.row} vs {self.baseline} and the float64 oracle on {self.device}: {verdict}"
 
     def rule_text(self) -> str:
@@ -487,14 +512,27 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     if sanitize or isolate or (dev.type == "cuda" and _should_isolate(row, isolate)):
         from rapid_llm.kernels import isolate as _isolate
 
-        job = _isolate.recipe(row)
+        from rapid_llm.kernels.jit_row import JitRow
+        from rapid_llm.kernels.opsource import ExportError
+
+        try:
+            job = _isolate.recipe(row)
+        except ExportError as exc:
+            job, cannot = None, str(exc)
+        else:
+            cannot = "a child process cannot rebuild this row (defined in this process)"
+        if job is None and isinstance(row.target, JitRow) and (isolate or _should_isolate(row, isolate)):
+            return _not_run(row, base, dev, dtypes, f"not verified: {cannot}; verify({row.name!r}, isolate=False) "
+                            "runs it in this process, where a crash would take the notebook's CUDA context down")
         if job is None:
-            notes.append("not isolated: a child process cannot rebuild this row (defined in this process)")
+            notes.append(f"not isolated: {cannot}")
         else:
             if isolate or _should_isolate(row, isolate):
                 first = _isolate.run_child(job, dtypes=dtypes, sizes=sizes)
                 if first.broken:
                     return _broken(row, base, dev, dtypes, first.message, record)
+                if first.status == "not_set_up":
+                    return _not_run(row, base, dev, dtypes, first.message)
                 notes.append(f"first run in a child process: {first.status}")
                 _ISOLATED.add(_isolation_key(row))
             if sanitize:
@@ -547,6 +585,16 @@ def _should_isolate(row: KernelSpec, isolate: bool | None) -> bool:
 
     return (isinstance(row.target, JitRow) and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0"
             and _isolation_key(row) not in _ISOLATED)
+
+
+def _not_run(row: KernelSpec, base: KernelSpec, dev: torch.device, dtypes: Sequence[str] | None,
+             message: str) -> GoldenReport:
+    """The report of a row whose checks could not start (its child could not set it up): failed, the one
+    line saying why, and the row's record left as it was (nothing was learned about the kernel)."""
+    dtypes = tuple(dtypes) if dtypes else row.dtypes
+    results = tuple(DtypeResult(d, False, math.inf, math.inf, None, None, 0, 0, (), "not compared: the checks "
+                                "did not run", message) for d in dtypes)
+    return GoldenReport(row.name, row.op, base.name, str(dev), results, row.golden, notes=(message,))
 
 
 def _broken(row: KernelSpec, base: KernelSpec, dev: torch.device, dtypes: Sequence[str] | None, message: str,

@@ -31,7 +31,7 @@ from rapid_llm.kernels import platform
 __all__ = [
     "Figure", "lookup", "record", "record_meta", "make_entry", "meta", "entries", "load", "load_file",
     "export", "merge_file", "clear", "committed_results", "results_dir", "results_path", "use_local",
-    "uses_local", "on_change", "NEAREST_BUCKETS",
+    "uses_local", "on_change", "ranked_entries", "NEAREST_BUCKETS",
 ]
 
 #: How many power-of-two buckets away a measurement may be and still rank a row.
@@ -275,16 +275,47 @@ def _sources(device_name: str) -> list[tuple[str, dict[str, dict[str, Any]]]]:
     return out
 
 
-def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figure | None:
-    """The median latency of ``row`` at the nearest measured bucket and its source, or None."""
-    for source, table in _sources(device_name):
+def _find(sources: list[tuple[str, dict[str, dict[str, Any]]]], op: str, row: str, dtype: str,
+          bucket: int) -> tuple[str, dict[str, Any]] | None:
+    """The rule: the first source with a figure within NEAREST_BUCKETS, the nearest bucket in it."""
+    for source, table in sources:
         for distance in range(NEAREST_BUCKETS + 1):
             for b in sorted({bucket - distance, bucket + distance}):
                 hit = table.get(_key(op, row, dtype, b))
                 if hit is not None:
-                    host = hit.get("host_us")
-                    return Figure(float(hit["median_us"]), source, None if host is None else float(host))
+                    return source, hit
     return None
+
+
+def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figure | None:
+    """The median latency of ``row`` at the nearest measured bucket and its source, or None."""
+    found = _find(_sources(device_name), op, row, dtype, bucket)
+    if found is None:
+        return None
+    source, hit = found
+    host = hit.get("host_us")
+    return Figure(float(hit["median_us"]), source, None if host is None else float(host))
+
+
+def ranked_entries(device_name: str, op: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(source, entry) for each figure that ranks rows on ``device_name`` now, as :func:`lookup` picks them.
+
+    What a plot or table shows so that it agrees with dispatch: an entry
+    that an earlier source shadows (a figure of the same row within
+    NEAREST_BUCKETS) is left out, and the local store counts only when
+    opted in.
+    """
+    sources = _sources(device_name)
+    out = []
+    for source, table in sources:
+        for entry in table.values():
+            if op is not None and entry.get("op") != op:
+                continue
+            bucket = entry.get("bucket", platform.size_bucket(entry["numel"]))
+            found = _find(sources, entry["op"], entry["row"], entry["dtype"], bucket)
+            if found is not None and found[0] == source and found[1] is entry:
+                out.append((source, entry))
+    return sorted(out, key=lambda se: (se[1]["op"], se[1]["row"], se[1]["dtype"], se[1]["numel"]))
 
 
 def entries(device_name: str, op: str | None = None) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ import argparse
 import base64
 import html
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -231,7 +232,7 @@ class GoldenView(_View):
             finite = d[torch.isfinite(d) & (d > 0)]
             exact = int((d == 0).sum())
             broken = int((~torch.isfinite(d)).sum())
-            label = f"{r.dtype} ({'pass' if r.passed else 'FAIL'}; {exact} exact, {broken} non-finite)"
+            label = f"{r.dtype} ({r.verdict}; {exact} exact, {broken} non-finite)"
             if finite.numel():
                 ax.hist(finite.log10().numpy(), bins=60, histtype="step", linewidth=1.5, label=label)
                 drew = True
@@ -274,18 +275,33 @@ def _current_device_name() -> str:
     return platform.device_label("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _date(doc: dict[str, Any], entries: list[dict[str, Any]]) -> str:
-    stamp = doc.get("meta", {}).get("measured_at") or max((e.get("measured_at", "") for e in entries), default="")
-    return stamp[:10] or "unknown date"
+def _short(source: str) -> str:
+    """A figure's source as a plot names it: the local store's path is left to the notes."""
+    return "local store" if source.startswith("local store") else source
+
+
+def _source_rank(source: str) -> tuple[int, str]:
+    """Dispatch's order: this session, then the local store, then the committed files."""
+    return ({"this session": 0, "local store": 1}.get(source, 2), source)
+
+
+#: A point's marker says where its figure came from (when a plot mixes sources).
+_MARKERS = {"this session": "s", "local store": "^"}
 
 
 class BenchPlot(_View):
     """Benchmark figures of one op: a line per row against size, the copy roofline dashed.
 
-    The figures come from the results store for ``device_name`` (default:
-    this machine's device). When there are none, the first committed
-    ``benchmarks/results/*.json`` that has the op is shown instead and the
-    title says which GPU measured it and when.
+    By default it shows the figures dispatch ranks this machine's rows by
+    (rapid_llm.kernels.measurements.ranked_entries): this session's, the
+    local store's only when opted in, then the committed ``benchmarks/results``
+    of this device kind, each figure named by its source. So a plot never
+    shows what does not decide dispatch, such as the local store written by
+    an earlier run. Where nothing ranks rows here (a machine without the
+    committed GPU), the first committed file that has the op is shown, and
+    the title says which GPU measured it and that dispatch here does not use
+    it. ``device_name`` shows what ranks rows on that device; ``source`` one
+    results file.
     """
 
     def __init__(self, op: str, *, metric: str = "gbps", dtype: str | None = None, device_name: str | None = None,
@@ -293,36 +309,88 @@ class BenchPlot(_View):
         if metric not in ("gbps", "latency"):
             raise ValueError(f"bench_plot({op!r}): metric must be 'gbps' or 'latency', got {metric!r}")
         self.op, self.metric, self.dtype, self.profile = op, metric, dtype, profile
-        self.doc, self.origin = self._load(op, device_name, source)
-        self.entries = [e for e in self.doc["entries"].values()
-                        if e["op"] == op and (rows is None or e["row"] in rows)]
-        self.device = self.doc["device"]
+        self.notes: list[str] = []
+        entries, self.meta, self.device, self.origin = self._load(op, device_name, source)
+        self.entries = [e for e in entries if rows is None or e["row"] in rows]
+        self.sources = sorted({e["source"] for e in self.entries}, key=_source_rank)
         self.dtypes = sorted({e["dtype"] for e in self.entries})
         if dtype is not None and self.entries and dtype not in self.dtypes:
             raise ValueError(f"bench_plot({op!r}): no {dtype} figures (have {', '.join(self.dtypes)})")
 
-    @staticmethod
-    def _load(op: str, device_name: str | None, source: str | Path | None) -> tuple[dict[str, Any], str]:
+    def _load(self, op: str, device_name: str | None,
+              source: str | Path | None) -> tuple[list[dict[str, Any]], dict[str, Any], str, str]:
+        """(entries, each with its "source"; meta; device; origin): origin is "file" (``source``), "ranked"
+        (what dispatch ranks by on the device) or "elsewhere" (committed figures of another device)."""
         if source is not None:
-            return measurements.load_file(source), f"from {Path(source).name}"
+            doc = measurements.load_file(source)
+            label = Path(source).name
+            return ([{**e, "source": label} for e in doc["entries"].values() if e["op"] == op], doc.get("meta", {}),
+                    doc["device"], "file")
         name = device_name or _current_device_name()
-        doc = measurements.load(name)
-        if any(e["op"] == op for e in doc["entries"].values()) or device_name is not None:
-            return doc, "this machine" if device_name is None else "results store"
+        raw = measurements.ranked_entries(name, op)
+        ranked = [{**e, "source": _short(src)} for src, e in raw]
+        shown = {json.dumps(e, sort_keys=True) for _, e in raw}  # this session's figures are in the store too
+        unranked = [e for e in measurements.entries(name, op) if json.dumps(e, sort_keys=True) not in shown]
+        if unranked and not measurements.uses_local():
+            self.notes.append(f"not shown: {len(unranked)} figures of an earlier run in the local store "
+                              f"{measurements.results_path(name)}; dispatch ranks by them only with "
+                              "RAPID_LLM_LOCAL_MEASUREMENTS=1 (or measurements.use_local())")
+        if ranked or device_name is not None:
+            return ranked, self._meta_of(name, {e["source"] for e in ranked}), name, "ranked"
         path = measurements.committed_for(op)
-        if path is not None:
-            return measurements.load_file(path), "committed results"
-        return doc, "this machine"
+        if path is None:
+            return [], {}, name, "ranked"
+        doc = measurements.load_file(path)
+        return ([{**e, "source": f"committed {path.name}"} for e in doc["entries"].values() if e["op"] == op],
+                doc.get("meta", {}), doc["device"], "elsewhere")
+
+    @staticmethod
+    def _meta_of(name: str, sources: set[str]) -> dict[str, Any]:
+        """The facts (copy roofline, date) of the first source in dispatch's order that has them."""
+        for src in sorted(sources, key=_source_rank):
+            if src.startswith("committed "):
+                path = next((p for p in measurements.committed_results() if p.name == src[len("committed "):]), None)
+                found = measurements.load_file(path).get("meta", {}) if path is not None else {}
+            else:  # bench_op keeps the facts of this session's and the local store's figures in the store
+                found = measurements.meta(name)
+            if found:
+                return found
+        return {}
 
     @property
     def roofline_gbps(self) -> float | None:
-        return self.doc.get("meta", {}).get("copy_roofline_gbps")
+        return self.meta.get("copy_roofline_gbps")
+
+    def date(self) -> str:
+        stamp = self.meta.get("measured_at") if len(self.sources) == 1 else None
+        stamp = stamp or max((e.get("measured_at", "") for e in self.entries), default="")
+        return stamp[:10] or "unknown date"
+
+    def _title_parts(self) -> tuple[str, str]:
+        """What was measured where and when, and where the figures came from."""
+        kind = "CPU numbers" if self.device == "cpu" else self.device
+        if not self.entries:
+            return f"{self.op}: {kind}, no figures", ""
+        where = " + ".join(self.sources)
+        if self.origin == "elsewhere":
+            where += f"; dispatch on {_current_device_name()} does not rank by them"
+        return f"{self.op}: {kind}, measured {self.date()}", where
 
     def title(self) -> str:
-        kind = "CPU numbers" if self.device == "cpu" else self.device
-        if self.origin == "committed results":
-            return f"{self.op}: {kind}, measured {_date(self.doc, self.entries)} (committed results)"
-        return f"{self.op}: {kind}, measured {_date(self.doc, self.entries)}"
+        head, where = self._title_parts()
+        return f"{head} ({where})" if where else head
+
+    def _tag(self, source: str) -> str:
+        """A table cell's short name for its figure's source ("figures from:" has the full names)."""
+        committed = [s for s in self.sources if s.startswith("committed ")]
+        short = {"this session": "session", "local store": "local"}
+        return short.get(source, "committed" if len(committed) == 1 and source in committed else source)
+
+    def source_lines(self) -> list[str]:
+        """Where the figures came from, and what was left out (the text and HTML forms share them)."""
+        counts = {s: sum(e["source"] == s for e in self.entries) for s in self.sources}
+        lines = ["figures from: " + ", ".join(f"{s} ({n})" for s, n in counts.items())] if len(counts) > 1 else []
+        return lines + self.notes
 
     def _series(self, dtype: str) -> dict[str, list[dict[str, Any]]]:
         series: dict[str, list[dict[str, Any]]] = {}
@@ -343,14 +411,26 @@ class BenchPlot(_View):
                     "sizes) or its benchmarks/kernels script", ha="center", va="center")
             return fig
         axes = fig.subplots(1, len(dtypes), squeeze=False)[0]
+        mixed = len(self.sources) > 1
         for ax, dtype in zip(axes, dtypes):
+            if not any(self._value(p) for p in self.entries if p["dtype"] == dtype):
+                ax.axis("off")  # e.g. figures without GB/s: no line to draw, and no log axis of nothing
+                ax.text(0.5, 0.5, f"{dtype}: no {'GB/s' if self.metric == 'gbps' else 'latency'} figures",
+                        ha="center", va="center")
+                continue
             for row, points in self._series(dtype).items():
-                xs = [p["numel"] for p in points if self._value(p)]
-                ys = [self._value(p) for p in points if self._value(p)]
+                points = [p for p in points if self._value(p)]
+                xs = [p["numel"] for p in points]
+                ys = [self._value(p) for p in points]
                 if row == COPY_ROW:
                     ax.plot(xs, ys, "k--", linewidth=1.2, label="copy (same bytes)")
-                else:
-                    ax.plot(xs, ys, marker="o", markersize=3, label=row)
+                    continue
+                mine = sorted({p["source"] for p in points}, key=_source_rank)
+                (line,) = ax.plot(xs, ys, label=f"{row} ({', '.join(map(self._tag, mine))})" if mixed else row)
+                for src in mine:  # the marker says where each point's figure came from
+                    ax.plot([p["numel"] for p in points if p["source"] == src],
+                            [self._value(p) for p in points if p["source"] == src], linestyle="none",
+                            marker=_MARKERS.get(src, "o"), markersize=4 if mixed else 3, color=line.get_color())
             if self.metric == "gbps" and self.roofline_gbps:
                 ax.axhline(self.roofline_gbps, color="grey", linestyle=":", linewidth=1,
                            label=f"copy roofline {self.roofline_gbps:.0f} GB/s")
@@ -361,7 +441,8 @@ class BenchPlot(_View):
             ax.set_title(dtype)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=9 if len(dtypes) > 1 else 10)
-        fig.suptitle(self.title(), fontsize=11)
+        head, where = self._title_parts()
+        fig.suptitle("\n".join([head, *where.split("; ")]) if where else head, fontsize=10)
         fig.tight_layout()
         return fig
 
@@ -382,12 +463,14 @@ class BenchPlot(_View):
                     text += f", {p['gbps']:.0f} GB/s"
                 if p.get("roofline_fraction"):
                     text += f", {100 * p['roofline_fraction']:.0f}%"
+                if len(self.sources) > 1:
+                    text += f" [{self._tag(p['source'])}]"
                 cells.append(text)
             rows.append(cells)
         return head, rows
 
     def __str__(self) -> str:
-        lines = [self.title()]
+        lines = [self.title(), *self.source_lines()]
         if self.roofline_gbps:
             lines.append(f"copy roofline: {self.roofline_gbps:.0f} GB/s")
         for dtype in [self.dtype] if self.dtype else self.dtypes:
@@ -408,9 +491,12 @@ class BenchPlot(_View):
                          + _table_html(head, rows))
         return "".join(parts)
 
+    def notes_html(self) -> str:
+        return "".join(f"<div style='font-size:90%'>{html.escape(line)}</div>" for line in self.source_lines())
+
     def to_html(self) -> str:
-        return (f"<div><b>{html.escape(self.title())}</b><br/>{_img_tag(_png(self.figure()), self.title())}"
-                f"{self.tables_html()}</div>")
+        return (f"<div><b>{html.escape(self.title())}</b><br/>{self.notes_html()}"
+                f"{_img_tag(_png(self.figure()), self.title())}{self.tables_html()}</div>")
 
     def row_names(self) -> list[str]:
         return sorted({e["row"] for e in self.entries})
@@ -437,12 +523,12 @@ class BenchPlot(_View):
                                     value=self.dtype if self.dtype in self.dtypes else "all", description="dtype")
         metric = ipywidgets.ToggleButtons(options=[("GB/s", "gbps"), ("latency", "latency")], value=self.metric)
         image = ipywidgets.Image(value=_png(self.figure()), format="png")
-        table = ipywidgets.HTML(self.tables_html())
+        table = ipywidgets.HTML(self.notes_html() + self.tables_html())
 
         def refresh(_: Any = None) -> None:
             self.dtype, self.metric = (None if dtype.value == "all" else dtype.value), metric.value
             image.value = _png(self.figure())
-            table.value = self.tables_html()
+            table.value = self.notes_html() + self.tables_html()
 
         dtype.observe(refresh, names="value")
         metric.observe(refresh, names="value")

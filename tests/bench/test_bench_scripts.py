@@ -30,8 +30,19 @@ def test_bench_op_script_writes_results_json(tmp_path, capsys):
     doc = measurements.load_file(out)
     assert "native/scale" in {e["row"] for e in doc["entries"].values()}
     assert doc["meta"]["copy_roofline_gbps"] > 0
-    figure = measurements.lookup("scale", "native/scale", "cpu", "fp32", (1024).bit_length())
-    assert figure is not None and figure.source == "this session"
+    # Not recorded by default: a look at the numbers leaves nothing a later plot or dispatch could pick up.
+    assert measurements.lookup("scale", "native/scale", "cpu", "fp32", (1024).bit_length()) is None
+    assert measurements.entries("cpu") == [] and not measurements.results_path("cpu").exists()
+
+
+def test_bench_op_script_records_only_when_asked():
+    bench = _load("bench_op")
+    assert bench.main(["scale", "--sizes", "1024", "--dtypes", "fp32", "--repeats", "3", "--device", "cpu",
+                       "--rows", "native/scale", "--record"]) == 0
+    assert [e["row"] for e in measurements.entries("cpu", "scale")] == ["native/scale"]
+    measurements._session.clear()  # the script's process has ended: what is left is the local store...
+    assert measurements.lookup("scale", "native/scale", "cpu", "fp32", (1024).bit_length()) is None
+    assert measurements.ranked_entries("cpu", "scale") == []  # ...which ranks nothing until opted in
 
 
 def test_bench_op_check_harness_prints_spread(capsys):

@@ -149,6 +149,29 @@ def test_local_store_ranks_only_when_opted_in_and_committed_figures_rank_by_defa
     assert "measured figures from: committed cpu.json" in str(ex)
 
 
+def test_ranked_entries_are_the_figures_lookup_picks(prio_rows, tmp_path, monkeypatch):
+    """What plots show: per row and size the first source with a figure within NEAREST_BUCKETS, as dispatch."""
+    native, a, b = prio_rows
+    root = tmp_path / "project"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    committed = dict(measurements.make_entry("prio", a, "fp32", n, us) for n, us in ((1024, 1.0), (1 << 16, 2.0)))
+    (root / "benchmarks" / "results" / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": committed}))
+    monkeypatch.chdir(root)
+    measurements.record("prio", a, "cpu", "fp32", 1 << 20, 9.0)  # an earlier run's local store
+    measurements._session.clear()
+    measurements.record("prio", a, "cpu", "fp32", 2048, 3.0)     # this session, next to the committed 1024
+    shown = [(source, e["numel"], e["median_us"]) for source, e in measurements.ranked_entries("cpu", "prio")]
+    assert shown == [("this session", 2048, 3.0), ("committed cpu.json", 1 << 16, 2.0)]
+    measurements.use_local(True)
+    try:
+        assert [s for s, _ in measurements.ranked_entries("cpu", "prio")][-1].startswith("local store")
+    finally:
+        measurements.use_local(None)
+    for source, e in measurements.ranked_entries("cpu"):
+        assert measurements.lookup("prio", e["row"], "cpu", "fp32", e["bucket"]).source == source
+
+
 def test_bench_op_on_scale_skips_filtered_rows():
     results = bench_op("scale", sizes=[256], dtypes=["fp32"], record=False, warmup=1, repeats=2, device="cpu")
     ran = {m.row for m in results}

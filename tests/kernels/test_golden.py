@@ -115,6 +115,70 @@ def test_report_renders_as_text_and_html():
     assert "<table>" in page and "fp32" in page
 
 
+def writes_one_past_the_end(x, factor, out=None):
+    out = correct(x, factor, out)
+    out.as_strided((out.numel() + 1,), (1,), out.storage_offset())[-1] = 0
+    return out
+
+
+def test_a_failing_row_says_why_in_the_row():
+    """A defect fails a dtype with 0 bad elements: the row itself names it, not only the lines below."""
+    report = verify(_add_row("external/past_the_end", writes_one_past_the_end), sizes=SMALL, dtypes=("fp32",),
+                    record=False)
+    fp32 = report["fp32"]
+    assert not fp32.passed and fp32.n_bad == 0 and fp32.verdict == "FAIL: guard_band"
+    assert "fp32   FAIL: guard_band  " in str(report) and "<td style='text-align:left'>FAIL: guard_band</td>" \
+        in golden_html(report)
+    zeros = verify(_add_row("external/zeros_why", writes_zeros), sizes=(4097,), dtypes=("fp32",), record=False)
+    assert zeros["fp32"].verdict.startswith(f"FAIL: {zeros['fp32'].n_bad} bad elements")
+    assert verify("native/scale", sizes=(1,), dtypes=("fp32",), record=False)["fp32"].verdict == "pass"
+
+
+def test_a_report_failed_by_the_sanitizer_alone_says_so_in_its_header():
+    import dataclasses
+
+    report = verify("native/scale", sizes=(1,), dtypes=("fp32",), record=False)
+    flagged = dataclasses.replace(report, findings=("memcheck: invalid write",))
+    assert str(flagged).startswith("golden native/scale vs native/scale and the float64 oracle on cpu: "
+                                   "FAIL: 1 sanitizer finding\n")
+
+
+def _gelu_u(x):
+    return math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+
+
+def gelu_tanh(x):
+    """The textbook form, in x's dtype: for negative x, 1 + tanh(u) cancels."""
+    return 0.5 * x * (1 + torch.tanh(_gelu_u(x)))
+
+
+def gelu_tanh_magnitude(x):
+    return (0.5 * x).abs() + (0.5 * x * torch.tanh(_gelu_u(x))).abs()
+
+
+def test_magnitude_judges_a_cancelling_op_fairly():
+    """docs/adding-an-op.md's GELU-tanh: a correct fp32 row fails against |exact|, passes against the magnitude."""
+    from rapid_llm.kernels.opdecl import CaseArgs
+
+    def inputs(shape, dtype, device, generator):
+        return ((torch.rand(shape, generator=generator, dtype=torch.float64) * 10 - 8).to(device=device, dtype=dtype),)
+
+    def declare(magnitude):
+        declare_op("gelu_t", reference=Reference(make_inputs=inputs, oracle=gelu_tanh, magnitude=magnitude),
+                   bench=lambda n, d, dev: CaseArgs(()), native=lambda x: gelu_tanh(x.double()).to(x.dtype),
+                   dtypes=("fp32",), devices=("cpu",), replace=True)
+        spec.register(KernelSpec(name="external/gelu_t", op="gelu_t", backend="external", target=gelu_tanh,
+                                 dtypes=("fp32",), devices=("cpu",), golden=GoldenRecord(baseline="native/gelu_t")),
+                      replace=True)
+
+    declare(None)
+    strict = verify("external/gelu_t", sizes=(4097,), record=False)["fp32"]
+    assert not strict.passed and strict.worst_element.exact_value < 0 and strict.max_rel_diff > 0.1
+    declare(gelu_tanh_magnitude)
+    fair = verify("external/gelu_t", sizes=(4097,), record=False)["fp32"]
+    assert fair.passed and fair.max_rel_diff < 1e-6
+
+
 def test_bad_requests_name_the_problem():
     with pytest.raises(GoldenError, match="dtype 'int8'"):
         verify("native/scale", dtypes=("int8",))

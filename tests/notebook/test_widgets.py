@@ -63,6 +63,9 @@ def test_golden_widget_of_a_failing_row_marks_it():
     try:
         view = widgets.golden_widget("external/zeros_w", sizes=(4097,), dtypes=("fp16",))
         assert "FAIL" in str(view) and "#f6d5d5" in view.worst_html()
+        why = view.report["fp16"].verdict  # the row says why it failed, in every form of the widget
+        assert why.startswith("FAIL: ") and "bad elements" in why and "input_independent" in why
+        assert why in str(view) and why in view.to_html() and why in view.widget().children[0].value
     finally:
         spec.unregister("external/zeros_w")
 
@@ -110,9 +113,52 @@ def test_bench_plot_falls_back_to_committed_results_with_gpu_and_date(isolated, 
     (root / "benchmarks" / "results" / "nvidia_h200.json").write_text(json.dumps(doc))
     (root / "notebooks").mkdir()
     monkeypatch.chdir(root / "notebooks")
+    monkeypatch.setattr(widgets, "_current_device_name", lambda: "cpu")
     plot = widgets.bench_plot("scale")
-    assert plot.title() == "scale: NVIDIA H200, measured 2026-11-30 (committed results)"
+    assert plot.title() == ("scale: NVIDIA H200, measured 2026-11-30 (committed nvidia_h200.json; "
+                            "dispatch on cpu does not rank by them)")
     assert "37%" in str(plot)
+
+
+def _committed(root, device, *entries):
+    (root / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("")
+    doc = {"device": device, "entries": dict(measurements.make_entry("scale", *e) for e in entries),
+           "meta": {"copy_roofline_gbps": 30.0, "measured_at": "2026-11-30T10:00:00Z"}}
+    (root / "benchmarks" / "results" / f"scale_{device}.json").write_text(json.dumps(doc))
+
+
+def test_bench_plot_shows_what_dispatch_ranks_by_and_where_each_figure_came_from(isolated, monkeypatch):
+    """An earlier run's local store does not replace the committed figures (dispatch does not rank by it)."""
+    _committed(isolated, "cpu", ("native/scale", "fp32", 1024, 10.0), ("native/scale", "fp32", 1 << 20, 100.0))
+    measurements.record("scale", "native/scale", "cpu", "fp32", 1 << 20, 999.0)  # e.g. benchmarks/bench_op.py
+    measurements._session.clear()                                                   # ...in another process
+    plot = widgets.bench_plot("scale", device_name="cpu")
+    assert [(e["numel"], e["median_us"], e["source"]) for e in plot.entries] == [
+        (1024, 10.0, "committed scale_cpu.json"), (1 << 20, 100.0, "committed scale_cpu.json")]
+    text = str(plot)
+    assert "(committed scale_cpu.json)" in plot.title() and "999" not in text
+    assert "not shown: 1 figures of an earlier run in the local store" in text
+    assert "RAPID_LLM_LOCAL_MEASUREMENTS=1" in plot.to_html()
+    measurements.use_local(True)  # opted in: the local figure ranks, and the plot says so
+    try:
+        local = widgets.bench_plot("scale", device_name="cpu")
+        assert [(e["median_us"], e["source"]) for e in local.entries] == [(10.0, "committed scale_cpu.json"),
+                                                                          (999.0, "local store")]
+        assert "999.00 us [local]" in str(local) and "figures from: local store (1), committed" in str(local)
+    finally:
+        measurements.use_local(None)
+    # Measured in this session: it ranks, and shadows the committed figure one size class away.
+    measurements.record("scale", "native/scale", "cpu", "fp32", 2048, 7.0)
+    now = widgets.bench_plot("scale", device_name="cpu")
+    assert [(e["numel"], e["source"]) for e in now.entries] == [(2048, "this session"),
+                                                                (1 << 20, "committed scale_cpu.json")]
+    for e in now.entries:  # each figure shown is the one dispatch looks up at its size
+        figure = measurements.lookup("scale", e["row"], "cpu", e["dtype"], e["bucket"])
+        assert figure.median_us == e["median_us"] and widgets._short(figure.source) == e["source"]
+    assert now.save_png(isolated / "no_gbps.png").read_bytes().startswith(PNG_MAGIC)  # no GB/s: said, not drawn
+    now.metric = "latency"
+    assert now.save_png(isolated / "mixed.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_bench_plot_without_any_figures_says_how_to_get_them(tmp_path):
