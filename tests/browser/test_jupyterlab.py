@@ -160,7 +160,8 @@ def check_cuda_jit_status(nb: dict[str, Any], shown: list[lab_page.CellView], ta
         if "raises-exception" in _tags(cell) and any(o.mime == ERROR_MIME for o in view.outputs):
             continue  # the tagged draft fails to compile where it is built: its error is the point
         tally.status_lines += 1
-        text = next((o.text for o in view.outputs if o.mime == "application/vnd.jupyter.stdout"), "")
+        # printed (stdout), or a live status line (a display that the build's progress rewrote)
+        text = next((o.text for o in view.outputs if o.text.strip() and o.mime != ERROR_MIME), "")
         first = text.strip().splitlines()[0] if text.strip() else ""
         path = _magic_line_path(source.splitlines()[0])
         saved = f"^saved {path}; not built: "
