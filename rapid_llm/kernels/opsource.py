@@ -90,7 +90,9 @@ class _Module:
                 self.reference(importlib.import_module("torch"), "torch", why)
             self.constants[name] = literal
             return name
-        kind = "a class defined in the notebook" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        home = getattr(obj, "__module__", "__main__")
+        kind = (("a class defined in the notebook" if home == "__main__" else f"a class of the local module {home}")
+                if isinstance(obj, type) else f"a {type(obj).__name__}")
         raise ExportError(f"op {self.op!r}: {why} uses {name or obj!r}, {kind}, which cannot be written out as "
                           "source: make it a plain constant or a function, or move it into an importable module")
 
@@ -142,7 +144,8 @@ def _distributions() -> frozenset[str]:
 def _installed(module: str) -> bool:
     """Whether ``module`` comes with Python or an installed distribution (what a shipped op may import)."""
     top = module.split(".", 1)[0]
-    return top in sys.stdlib_module_names or top in sys.builtin_module_names or top in _distributions()
+    return (top == "rapid_llm" or top in sys.stdlib_module_names or top in sys.builtin_module_names
+            or top in _distributions())  # rapid_llm itself may run from a checkout on PYTHONPATH
 
 
 def _importable_home(obj: Any) -> tuple[str, str] | None:
