@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from rapid_llm.kernels import measurements, platform
+from rapid_llm.kernels import measurements, platform, traced
 from rapid_llm.kernels import spec as _spec
 from rapid_llm.kernels.spec import KernelSpec, RegistryError, get_row, rows_for
 
@@ -233,10 +233,13 @@ class Op(_OpMethods):
     up, and calls. Capture state is only checked when the cached row is not
     graph safe, so graph-safe rows pay nothing for it. This is the portable
     path; :func:`get_op` uses the same logic compiled into the fast-path
-    binding (``fastcall_dispatch.inc``) wherever that binding builds.
+    binding (``fastcall_dispatch.inc``) wherever that binding builds. Under
+    torch.compile either one traces as ``torch.ops.rapid_llm.<op>``
+    (rapid_llm.kernels.traced), at no cost to an eager call.
     """
 
-    __slots__ = ("name", "dispatch_arg", "_cache")
+    #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.traced.register).
+    __slots__ = ("name", "dispatch_arg", "_cache", "__python_implementation__")
 
     def __init__(self, name: str, arg: int = 0) -> None:
         self.name = name
@@ -304,6 +307,7 @@ def get_op(name: str) -> Any:
         fast = _fast_op_type()
         arg = _dispatch_arg(name)
         op = _ops[name] = fast(name, arg) if fast is not None else Op(name, arg)
+        traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
     return op
 
 

@@ -47,8 +47,10 @@ class Reference:
     pass a NaN-filled buffer and return it); ``edge_cases(dtype, device,
     generator)`` returns ``[(label, args), ...]``. ``magnitude(*args)``
     (float64 args) gives, per output element, the scale its relative
-    tolerance is taken against where cancellation makes ``|exact|`` the wrong
-    one (a rotation: ``|x cos| + |y sin|``). The tolerance rule and its
+    tolerance is taken against wherever the oracle sums terms that cancel, so
+    ``|exact|`` is far below the rounding of its terms: the sum of the terms'
+    magnitudes (a rotation ``|x cos| + |y sin|``, GELU-tanh ``|x/2| +
+    |x/2 tanh(u)|``). The tolerance rule and its
     ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.golden.
     """
 
@@ -79,13 +81,14 @@ class OpDecl:
     doc: str = ""
     dispatch_arg: int = 0
     token_numel: int | None = None
+    schema: str | None = None
 
 
 def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
                rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
-               dtypes: Sequence[str] = ("bf16", "fp16", "fp32", "fp64"), devices: Sequence[str] = ("cpu", "cuda"),
+               dtypes: Sequence[str] = ("bf16", "fp16", "fp32"), devices: Sequence[str] = ("cpu", "cuda"),
                doc: str = "", replace: bool = False, dispatch_arg: int = 0,
-               token_numel: int | None = None) -> OpDecl:
+               token_numel: int | None = None, schema: str | None = None) -> OpDecl:
     """Declare op ``name``: register its rows and keep its reference and bench case.
 
     ``dispatch_arg`` is the positional argument whose dtype, device, size and
@@ -95,10 +98,15 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     gets ``tokens * token_numel`` elements.
 
     ``native`` is a shortcut for a notebook: a plain-torch function that
-    becomes the row ``native/<name>`` over ``dtypes`` and ``devices``.
+    becomes the row ``native/<name>`` over ``dtypes`` (by default the
+    project's bf16/fp16/fp32, as KernelSpec's) and ``devices``.
     ``replace=True`` lets a re-run notebook cell declare the op again; a
     notebook that declares an op the library ships replaces the library's
     rows of it too (until the next process), keeping rows it registered.
+
+    The op becomes ``torch.ops.rapid_llm.<name>`` too (rapid_llm.kernels.custom_ops),
+    its schema derived from one native call on ``make_inputs``'s example, or
+    ``schema`` (``"(Tensor x, float eps) -> Tensor"``) where that cannot run.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise RegistryError(f"declare_op: the op name must be an identifier, got {name!r}")
@@ -118,13 +126,16 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
         raise RegistryError(f"declare_op({name!r}): dispatch_arg must be a non-negative int, got {dispatch_arg!r}")
     if token_numel is not None and (not isinstance(token_numel, int) or token_numel < 1):
         raise RegistryError(f"declare_op({name!r}): token_numel must be a positive int, got {token_numel!r}")
-    decl = OpDecl(name, reference, bench, doc, dispatch_arg, token_numel)
+    decl = OpDecl(name, reference, bench, doc, dispatch_arg, token_numel, schema)
     if replace:  # the library's rows were checked against the library's reference: they do not carry over
         for old in _spec.shipped_rows(name):
             _spec.unregister(old)
     _spec.declare(decl, replace=replace)
     for row in all_rows:
         _spec.register(row, replace=replace)
+    from rapid_llm.kernels import custom_ops  # torch.library registration: at declaration, never at import
+
+    custom_ops.register(decl)
     return decl
 
 

@@ -240,6 +240,7 @@ def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str
             f"    dtypes={tuple(native.dtypes)!r},", f"    devices={tuple(native.devices)!r},",
             "    reference=Reference(" + ", ".join(ref_args) + "),", f"    bench={bench},",
             f"    dispatch_arg={decl.dispatch_arg!r},", f"    token_numel={decl.token_numel!r},",
+            *([f"    schema={decl.schema!r},"] if getattr(decl, "schema", None) else []),
             f"    replace={replace!r},"]
     parts = [f'"""Op {op!r}: {decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that declared it '
              '(rapid_llm.kernels.opsource); an ordinary module from here on: edit it freely."""',

@@ -148,3 +148,14 @@ def test_a_group_imported_before_the_first_lookup_is_in_every_fresh_registry():
             "    print('rotary_embedding' in spec.all_ops(), len(spec.rows_for('rotary_embedding')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "3"], out.stdout + out.stderr
+
+
+def test_a_native_function_declares_the_projects_dtypes_by_default():
+    """declare_op(native=...) follows the conventions (KernelSpec's default, the shipped groups); dtypes= widens it."""
+    ref = Reference(make_inputs=lambda *a: (), oracle=lambda *a: None)
+    with spec.isolated():
+        declare_op("t_dtypes", native=lambda x: x, reference=ref, bench=lambda n, d, dev: CaseArgs(()))
+        assert set(spec.get_row("native/t_dtypes").dtypes) == {"bf16", "fp16", "fp32"} == set(_row().dtypes)
+        declare_op("t_dtypes", native=lambda x: x, reference=ref, bench=lambda n, d, dev: CaseArgs(()),
+                   dtypes=("fp32", "fp64"), replace=True)
+        assert spec.get_row("native/t_dtypes").dtypes == ("fp32", "fp64")

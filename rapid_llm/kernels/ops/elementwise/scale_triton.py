@@ -19,7 +19,8 @@ def _scale_kernel(out_ptr, in_ptr, factor, n, BLOCK: tl.constexpr):
     offsets = start + tl.arange(0, BLOCK)
     mask = offsets < n
     x = tl.load(in_ptr + offsets, mask=mask)
-    y = x.to(tl.float32) * factor
+    # fp32 math: a launch from Python passes factor as fp32, Inductor (torch.compile) as fp64.
+    y = x.to(tl.float32) * tl.cast(factor, tl.float32)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
 
 

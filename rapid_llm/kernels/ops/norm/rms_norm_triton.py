@@ -22,6 +22,9 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, hidden, eps,
                      BLOCK: tl.constexpr, ONE_PASS: tl.constexpr, ADD_RESIDUAL: tl.constexpr):
     # int64 row offsets: tokens * hidden can pass 2^31 elements.
     base = tl.program_id(0).to(tl.int64) * hidden
+    # fp32 math: a launch from Python passes eps as fp32, Inductor (torch.compile) as fp64, which
+    # tl.sqrt_rn does not take and which would move the sum into fp64.
+    eps = tl.cast(eps, tl.float32)
     cols = tl.arange(0, BLOCK)
     if ONE_PASS:
         mask = cols < hidden

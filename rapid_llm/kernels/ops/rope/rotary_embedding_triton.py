@@ -17,8 +17,20 @@ BLOCK_ELEMENTS = 2048
 
 
 @triton.jit
+def _mul_rn(a, b, PTX: tl.constexpr):
+    """a * b rounded to fp32 by itself (PTX mul.rn.f32: never contracted into an FMA with the sum that
+    follows, and no flush to zero), whatever compiles the kernel: Inductor drops the launch's
+    enable_fp_fusion=False. The interpreter runs no PTX, and numpy never contracts."""
+    if PTX:
+        return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return a * b
+
+
+@triton.jit
 def _rotate_heads(ptr, row, n_heads, stride_h, stride_e, cos, sin, half, live,
-                  IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
+                  IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr, PTX: tl.constexpr):
     """Rotate the first 2*half elements of every head of one token's row, BLOCK_H heads at a time.
 
     ``live``: the pairs to rotate (half, or 0 when the token's position is out of range). Neox loads
@@ -44,8 +56,9 @@ def _rotate_heads(ptr, row, n_heads, stride_h, stride_e, cos, sin, half, live,
             xy_ptrs = base + offs_e[None, :] * stride_e
             xy = tl.load(xy_ptrs, mask=mask, other=0.0).to(tl.float32)
             x, y = tl.split(tl.reshape(xy, (BLOCK_H, BLOCK_P, 2)))
-        x_new = x * cos[None, :] - y * sin[None, :]
-        y_new = y * cos[None, :] + x * sin[None, :]
+        c, s = cos[None, :], sin[None, :]
+        x_new = _mul_rn(x, c, PTX) - _mul_rn(y, s, PTX)
+        y_new = _mul_rn(y, c, PTX) + _mul_rn(x, s, PTX)
         if IS_NEOX:
             tl.store(x_ptrs, x_new.to(ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
             tl.store(y_ptrs, y_new.to(ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
@@ -57,7 +70,7 @@ def _rotate_heads(ptr, row, n_heads, stride_h, stride_e, cos, sin, half, live,
 @triton.jit
 def _rope_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, n_q_heads, n_k_heads, half, max_pos, pos_stride,
                  q_stride_t, q_stride_h, q_stride_e, k_stride_t, k_stride_h, k_stride_e, cache_stride_p, cache_stride_e,
-                 IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
+                 IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr, PTX: tl.constexpr):
     # int64 offsets: token * stride reaches past 2^31 elements at long contexts.
     token = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + token * pos_stride).to(tl.int64)
@@ -69,9 +82,9 @@ def _rope_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, n_q_heads, n_k_heads, half, m
     cos = tl.load(cache_row + offs_p * cache_stride_e, mask=cache_mask, other=0.0).to(tl.float32)
     sin = tl.load(cache_row + (offs_p + half) * cache_stride_e, mask=cache_mask, other=0.0).to(tl.float32)
     _rotate_heads(q_ptr, token * q_stride_t, n_q_heads, q_stride_h, q_stride_e, cos, sin, half, live,
-                  IS_NEOX, BLOCK_H, BLOCK_P)
+                  IS_NEOX, BLOCK_H, BLOCK_P, PTX)
     _rotate_heads(k_ptr, token * k_stride_t, n_k_heads, k_stride_h, k_stride_e, cos, sin, half, live,
-                  IS_NEOX, BLOCK_H, BLOCK_P)
+                  IS_NEOX, BLOCK_H, BLOCK_P, PTX)
 
 
 def _head_strides(t: torch.Tensor, head_size: int) -> tuple[int, int, int]:
@@ -97,7 +110,7 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     _rope_kernel[(tokens,)](
         positions, q, k, cos_sin_cache, q_heads, k_heads, half, cos_sin_cache.shape[0], positions.stride(0),
         *_head_strides(q, head_size), *_head_strides(k, head_size), cos_sin_cache.stride(0), cos_sin_cache.stride(1),
-        IS_NEOX=is_neox, BLOCK_H=block_h, BLOCK_P=block_p,
-        enable_fp_fusion=False,  # products rounded before the sum, as every row computes them
+        IS_NEOX=is_neox, BLOCK_H=block_h, BLOCK_P=block_p, PTX=q.is_cuda,
+        enable_fp_fusion=False,  # products rounded before the sum, as every row computes them (and _mul_rn)
     )
     return None

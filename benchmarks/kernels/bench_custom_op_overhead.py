@@ -1,0 +1,83 @@
+"""Host-side cost of an op's call paths: K.<op>, torch.ops.rapid_llm.<op>, and torch.library.custom_op.
+
+    python benchmarks/kernels/bench_custom_op_overhead.py [--op rms_norm] [--numel 1024] [--dtype bf16]
+
+Every arm runs the same row on the same tensors (the op's bench case, without ``out=``):
+
+* ``K.<op>``: the eager path callers use (the dispatcher: one lookup, then the row);
+* ``torch.ops.rapid_llm.<op>.default``: the custom op (torch.library.Library define/impl), what a compiled
+  graph calls; the packet ``torch.ops.rapid_llm.<op>`` adds its own Python ``__call__``;
+* the same dispatcher registered through ``torch.library.custom_op`` (a scratch namespace): the other
+  registration path, measured to show why rapid_llm does not use it;
+* the chosen row called directly, and ``torch.compiler.is_dynamo_compiling()`` alone (what the portable
+  Python dispatcher pays per call for tracing; the compiled dispatcher pays nothing).
+
+Rounds are interleaved so drift in the machine's state hits every arm alike.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any, Callable, Sequence
+
+import torch
+
+import rapid_llm.kernels as K
+from rapid_llm.bench import bench_host
+from rapid_llm.kernels import custom_ops, dispatch, platform
+from rapid_llm.kernels.opdecl import get_decl
+
+
+def _custom_op_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` registered through torch.library.custom_op with the op's schema, in a scratch namespace."""
+    schema = custom_ops.schema_for(get_decl(name))
+    body = schema.text[len(name):]
+    op = torch.library.custom_op(f"rapid_llm_bench::{name}", mutates_args=schema.mutated, schema=body)(
+        lambda *args: fn(*args))
+    return op
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", default="rms_norm")
+    parser.add_argument("--numel", type=int, default=1024)
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--n", type=int, default=500, help="calls per timed round")
+    parser.add_argument("--pairs", type=int, default=15, help="interleaved rounds")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = platform.torch_dtype(args.dtype)
+    case = get_decl(args.op).bench(args.numel, dtype, device)
+    call_args = case.args
+    op = getattr(K, args.op)
+    row = dispatch.resolve(args.op, *call_args)
+    packet = custom_ops.torch_op(args.op)
+    arms: dict[str, Callable[..., Any]] = {
+        f"K.{args.op}": op,
+        f"torch.ops.rapid_llm.{args.op}.default": packet.default,
+        f"torch.ops.rapid_llm.{args.op}": packet,
+        "torch.library.custom_op": _custom_op_arm(args.op, op),
+        f"row {row.name} direct": row.call_path(),
+        "is_dynamo_compiling()": lambda *a: torch.compiler.is_dynamo_compiling(),
+    }
+    for fn in arms.values():
+        fn(*call_args)  # fill caches: the steady state is what a model sees
+    runs: dict[str, list[float]] = {k: [] for k in arms}
+    for _ in range(args.pairs):
+        for label, fn in arms.items():
+            runs[label].append(bench_host(fn, *call_args, n=args.n, label=label).median_us)
+    base = statistics.median(runs[f"K.{args.op}"])
+    print(f"{args.op}, bench case at numel {args.numel} {args.dtype} on {platform.device_label(device)}; "
+          f"chosen row {row.name}")
+    for label, values in runs.items():
+        us = statistics.median(values)
+        extra = statistics.median(v - b for v, b in zip(values, runs[f"K.{args.op}"]))
+        print(f"  {label:44s} {us:7.2f} us/call   vs K.{args.op}: {extra:+6.2f} us")
+    print(f"  (medians over {args.pairs} interleaved rounds of {args.n} calls; K.{args.op} {base:.2f} us)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Every declared op is a torch custom op: ``torch.ops.rapid_llm.<op>``, the same op as ``K.<op>``.
+
+``declare_op`` registers the op here (shipped ops when the registry discovers
+them, a notebook's at its ``declare_op`` call) through one
+``torch.library.Library("rapid_llm", "FRAGMENT")``:
+
+* the schema comes from the declaration (:mod:`rapid_llm.kernels.op_schema`),
+  in-place arguments marked written, plus an ``.out`` overload where the native
+  row takes ``out=``;
+* the real implementation (CPU and CUDA) is the op's dispatcher, so the row is
+  chosen as for an eager call, measured figures included;
+* the fake implementation follows the op's out rule (like the dispatch
+  argument, its last dim halved, or nothing for an in-place op).
+
+Why ``Library.define``/``impl`` and not ``torch.library.custom_op``: a call of
+the op through torch's dispatcher into a Python kernel costs microseconds
+either way, and custom_op's wrappers add several more (pytorch issue 177109).
+Eager ``K.<op>`` calls never take that path (see rapid_llm.kernels.traced):
+only compiled graphs call the custom op.
+
+torch cannot redefine an op's schema in a running process. A redeclaration
+(``declare_op(..., replace=True)``) with the same schema keeps the op: its
+implementation dispatches to whatever rows the registry holds now. One with
+another schema leaves the op stale: the eager op serves the new rows, a call
+of the custom op raises a clear error, and a compile runs ``K.<op>`` eagerly
+between graphs, its graph break saying why (restart the process, or declare
+the op under a new name). A notebook that redeclares a shipped op with its
+own signature is that case; nothing is printed at the declaration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from rapid_llm.kernels import dispatch, op_schema, traced
+from rapid_llm.kernels import spec as _spec
+from rapid_llm.kernels.op_schema import OpSchema, SchemaError
+from rapid_llm.kernels.spec import RegistryError
+
+__all__ = ["NAMESPACE", "DISPATCH_KEYS", "register", "schema_for", "torch_op", "registered", "why_not"]
+
+NAMESPACE = "rapid_llm"
+#: Where the real implementation is registered: the devices rows run on (meta and fake tensors take the fake).
+DISPATCH_KEYS = ("CPU", "CUDA")
+
+
+@dataclass
+class _Binding:
+    """A registered op: its schema (fixed for the process), its fake rule, and whether it went stale."""
+
+    schema: OpSchema
+    fake: str
+    stale: str | None = None
+
+
+_lib: torch.library.Library | None = None
+_bindings: dict[str, _Binding] = {}
+
+
+def _library() -> torch.library.Library:
+    global _lib
+    if _lib is None:
+        _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
+    return _lib
+
+
+def _native_row(name: str) -> _spec.KernelSpec:
+    row = next((r for r in _spec.rows_for(name) if r.is_native), None)
+    if row is None:
+        raise SchemaError(f"op {name!r} has no native row yet (its schema is derived from one)")
+    return row
+
+
+def schema_for(decl: Any) -> OpSchema:
+    """The op's schema: ``declare_op(schema=...)`` if given, else derived from its reference and native row."""
+    native = _native_row(decl.name)
+    fn = native.load()
+    explicit = getattr(decl, "schema", None)
+    if explicit:
+        return op_schema.from_text(decl.name, explicit, has_out=op_schema.takes_out(fn), dispatch_arg=decl.dispatch_arg)
+    return op_schema.derive(decl.name, fn, decl.reference.make_inputs, dtypes=native.dtypes,
+                            devices=native.devices, dispatch_arg=decl.dispatch_arg)
+
+
+def register(decl: Any) -> str | None:
+    """Make ``decl``'s op ``torch.ops.rapid_llm.<name>`` (idempotent); None, or why it is not (also recorded)."""
+    name = decl.name
+    try:
+        schema = schema_for(decl)
+    except Exception as exc:  # a declaration never fails for want of a schema: the op stays eager under compile
+        if name in _bindings and _bindings[name].stale is None:
+            return None  # the op keeps its schema; its implementation serves the new rows
+        return _unbound(name, f"op {name!r} is not a torch custom op: {exc}")
+    binding = _bindings.get(name)
+    if binding is not None:
+        if (binding.schema.text, binding.schema.out_text) != (schema.text, schema.out_text):
+            why = (f"op {name!r} was declared again with schema {schema.text!r}, but torch.ops.{NAMESPACE}.{name} "
+                   f"keeps its first one, {binding.schema.text!r} (torch cannot redefine a schema in a running "
+                   "process): restart it, or declare the op under a new name")
+            binding.stale = why  # said where it matters: a compile of K.<name>, a call of the custom op
+            return _unbound(name, why)
+        binding.stale, binding.fake = None, schema.fake
+        _bind(name, schema)
+        return None
+    try:
+        _define(schema)
+    except RuntimeError as exc:
+        return _unbound(name, f"torch.ops.{NAMESPACE}.{name} could not be defined: {str(exc).splitlines()[0]}")
+    _bindings[name] = _Binding(schema, schema.fake)
+    _bind(name, schema)
+    return None
+
+
+def _unbound(name: str, why: str) -> str:
+    traced.unbind(name, why)
+    return why
+
+
+def _bind(name: str, schema: OpSchema) -> None:
+    packet = getattr(getattr(torch.ops, NAMESPACE), name)
+    traced.bind(name, packet.default, packet.out if schema.has_out else None, schema.n_args)
+
+
+def _define(schema: OpSchema) -> None:
+    lib, name = _library(), schema.name
+    tags = (torch.Tag.pt2_compliant_tag,)
+    lib.define(schema.text, tags=tags)
+    if schema.out_text:
+        lib.define(schema.out_text, tags=tags)
+    returns = schema.returns
+    impl = _impl_none(name) if returns == "()" else _impl_tensor(name) if returns == "Tensor" else _impl_tensors(name)
+    for key in DISPATCH_KEYS:
+        lib.impl(name, impl, key)
+        if schema.out_text:
+            lib.impl(f"{name}.out", _impl_out(name), key)
+    torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(name), lib=lib)
+    if schema.out_text:
+        torch.library.register_fake(f"{NAMESPACE}::{name}.out", _fake_out, lib=lib)
+
+
+# ------------------------------------------------------------------ implementations
+
+
+def _live(name: str) -> Callable[..., Any]:
+    """The op's dispatcher now (raises if the op went stale): the row choice happens inside it."""
+    stale = _bindings[name].stale
+    if stale is not None:
+        raise RuntimeError(stale)
+    return dispatch.get_op(name)
+
+
+def _impl_none(name: str) -> Callable[..., None]:
+    def impl(*args: Any, **kwargs: Any) -> None:
+        _live(name)(*args, **kwargs)
+
+    return impl
+
+
+def _impl_tensor(name: str) -> Callable[..., torch.Tensor]:
+    def impl(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = _live(name)(*args, **kwargs)
+        # The fake says contiguous: a strided call's floor may return another layout.
+        return out if out.is_contiguous() else out.contiguous()
+
+    return impl
+
+
+def _impl_tensors(name: str) -> Callable[..., tuple]:
+    def impl(*args: Any, **kwargs: Any) -> tuple:
+        return tuple(t.contiguous() for t in _live(name)(*args, **kwargs))
+
+    return impl
+
+
+def _impl_out(name: str) -> Callable[..., None]:
+    def impl(*args: Any, out: torch.Tensor, **kwargs: Any) -> None:
+        _live(name)(*args, out=out, **kwargs)
+
+    return impl
+
+
+def _fake(name: str) -> Callable[..., Any]:
+    """Outputs by the op's out rule, read at call time (a redeclaration may change the rule, not the schema)."""
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        binding = _bindings[name]
+        rule = binding.fake
+        if rule == "none":
+            return None
+        x = args[binding.schema.dispatch_arg]
+        if rule == "like_input":
+            return torch.empty_like(x, memory_format=torch.contiguous_format)
+        if rule == "half_last_dim":
+            return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+        result = _native_row(name).load()(*args, **kwargs)  # "native": plain torch runs on fake tensors
+        if isinstance(result, torch.Tensor):
+            return result.contiguous()
+        return None if result is None else tuple(t.contiguous() for t in result)
+
+    return fake
+
+
+def _fake_out(*args: Any, out: torch.Tensor, **kwargs: Any) -> None:
+    return None
+
+
+# ------------------------------------------------------------------ lookups
+
+
+def torch_op(name: str) -> Any:
+    """``torch.ops.rapid_llm.<name>`` (the op's OpOverloadPacket); RegistryError saying why when there is none."""
+    _spec.get_decl(name)  # discovers the shipped ops, which registers them; names the known ops otherwise
+    why = why_not(name)
+    if why:
+        raise RegistryError(why)
+    return getattr(getattr(torch.ops, NAMESPACE), name)
+
+
+def registered() -> list[str]:
+    """The ops registered as custom ops in this process (not stale)."""
+    return sorted(n for n, b in _bindings.items() if b.stale is None)
+
+
+def why_not(name: str) -> str:
+    """Why op ``name`` is not a usable torch custom op ('' when it is)."""
+    binding = _bindings.get(name)
+    if binding is not None and binding.stale is None:
+        return ""
+    return traced.why_not(name)
