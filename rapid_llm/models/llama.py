@@ -12,13 +12,15 @@ ops' rows serve.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 import rapid_llm.kernels as K
 
-__all__ = ["LlamaConfig", "LlamaLayer", "rope_cache"]
+__all__ = ["LlamaConfig", "LlamaLayer", "LLAMA3_8B", "native_ops", "rope_cache"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,17 @@ class LlamaConfig:
         return self.kv_heads * self.head_dim
 
 
+#: One layer of Llama-3-8B (bf16 weights: 436 MiB, far past any L2).
+LLAMA3_8B = LlamaConfig(hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336, max_positions=32768,
+                        eps=1e-5, rope_base=500000.0)
+
+
+def native_ops() -> SimpleNamespace:
+    """The four ops as their native floors (plain torch): the layer a user would write without rapid_llm."""
+    ops = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul")
+    return SimpleNamespace(**{op: K.get_row(f"native/{op}").load() for op in ops})
+
+
 def rope_cache(cfg: LlamaConfig, device: torch.device | str = "cpu") -> torch.Tensor:
     """The [max_positions, head_dim] fp32 cos|sin cache rotary_embedding reads (neox, full rotary)."""
     inv_freq = cfg.rope_base ** (-torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
@@ -54,9 +67,10 @@ class LlamaLayer(torch.nn.Module):
     """One decoder layer; ``K.rms_norm``, ``K.rotary_embedding``, ``K.fused_add_rms_norm``, ``K.silu_and_mul``."""
 
     def __init__(self, cfg: LlamaConfig, *, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", ops: Any = None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.ops = K if ops is None else ops  # anything with the four ops: K, or native_ops() (the floors)
 
         def weight(*shape: int) -> torch.nn.Parameter:
             return torch.nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
@@ -71,9 +85,9 @@ class LlamaLayer(torch.nn.Module):
 
     @classmethod
     def random(cls, cfg: LlamaConfig = LlamaConfig(), *, dtype: torch.dtype = torch.float32,
-               device: torch.device | str = "cpu", seed: int = 0) -> "LlamaLayer":
+               device: torch.device | str = "cpu", seed: int = 0, ops: Any = None) -> "LlamaLayer":
         """A layer with random weights scaled so activations stay O(1) through the layer."""
-        layer = cls(cfg, dtype=dtype, device=device)
+        layer = cls(cfg, dtype=dtype, device=device, ops=ops)
         gen = torch.Generator().manual_seed(seed)
         for name, p in layer.named_parameters():
             if p.dim() == 1:  # norm weights around 1, both signs of deviation
@@ -86,16 +100,16 @@ class LlamaLayer(torch.nn.Module):
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, hidden] at ``positions`` [T] -> (out [T, hidden], residual); x and residual are written in place."""
-        cfg = self.cfg
+        cfg, ops = self.cfg, self.ops
         if residual is None:
             residual = x
-            h = K.rms_norm(x, self.input_norm, cfg.eps)
+            h = ops.rms_norm(x, self.input_norm, cfg.eps)
         else:
-            K.fused_add_rms_norm(x, residual, self.input_norm, cfg.eps)
+            ops.fused_add_rms_norm(x, residual, self.input_norm, cfg.eps)
             h = x
         qkv = F.linear(h, self.qkv)
         q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-        K.rotary_embedding(positions, q, k, cfg.head_dim, self.cos_sin_cache, True)  # in place on qkv's views
+        ops.rotary_embedding(positions, q, k, cfg.head_dim, self.cos_sin_cache, True)  # in place on qkv's views
         tokens = x.shape[0]
         attn = F.scaled_dot_product_attention(
             q.view(tokens, cfg.heads, cfg.head_dim).transpose(0, 1),
@@ -103,5 +117,5 @@ class LlamaLayer(torch.nn.Module):
             v.reshape(tokens, cfg.kv_heads, cfg.head_dim).transpose(0, 1),
             is_causal=True, enable_gqa=True)
         o = F.linear(attn.transpose(0, 1).reshape(tokens, cfg.q_size), self.o_proj)
-        K.fused_add_rms_norm(o, residual, self.post_norm, cfg.eps)
-        return F.linear(K.silu_and_mul(F.linear(o, self.gate_up)), self.down), residual
+        ops.fused_add_rms_norm(o, residual, self.post_norm, cfg.eps)
+        return F.linear(ops.silu_and_mul(F.linear(o, self.gate_up)), self.down), residual

@@ -1,0 +1,105 @@
+"""A Llama-3-8B decoder layer in four arms: native ops eager, K ops eager, native compiled, K compiled.
+
+    python benchmarks/models/bench_block.py [--decode 1 2 4 8 16] [--prefill 4096 16384] [--out FILE.json]
+
+The layer is rapid_llm.models.llama.LlamaLayer (rms_norm, qkv projection, rotary_embedding, SDPA,
+o projection, fused_add_rms_norm, gate/up, silu_and_mul, down; random bf16 weights, no downloads), the
+same module in every arm; only its four ops differ: the native floors (plain torch, what a user would
+write) or ``K``'s dispatching ops. The compiled arms are ``torch.compile(dynamic=True)`` of each
+(``fullgraph=True`` for K: a graph break fails the run).
+
+Decode token counts are timed as CUDA-graph replays (what a serving engine does at decode: host cost
+drops out, device time remains); prefill counts are timed eagerly. Every call starts from fresh copies
+of the layer input and the residual (the layer writes both in place), in every arm alike. The weights
+(436 MiB) are far past L2, so no extra cold-L2 rotation is needed. Timing is the project's harness
+(rapid_llm.bench.bench: CUDA events, warm-up, median).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rapid_llm.bench import bench
+from rapid_llm.kernels import platform
+from rapid_llm.models.llama import LLAMA3_8B, LlamaLayer, native_ops
+
+ARMS = ("native eager", "K eager", "native compiled", "K compiled")
+
+
+def make_arms(dtype: torch.dtype, device: torch.device) -> dict[str, Callable[..., Any]]:
+    native = LlamaLayer.random(LLAMA3_8B, dtype=dtype, device=device, ops=native_ops())
+    ours = LlamaLayer.random(LLAMA3_8B, dtype=dtype, device=device)  # the same seed: the same weights
+    return {
+        "native eager": native,
+        "K eager": ours,
+        "native compiled": torch.compile(native, dynamic=True),
+        "K compiled": torch.compile(ours, dynamic=True, fullgraph=True),
+    }
+
+
+def inputs(tokens: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(tokens)
+    positions = torch.randint(0, LLAMA3_8B.max_positions, (tokens,), generator=gen).to(device)
+    x = torch.randn(tokens, LLAMA3_8B.hidden, generator=gen).to(device=device, dtype=dtype)
+    residual = torch.randn(tokens, LLAMA3_8B.hidden, generator=gen).to(device=device, dtype=dtype)
+    return positions, x, residual
+
+
+def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch.device,
+        arms: dict[str, Callable[..., Any]], repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for t in tokens:
+        positions, x, residual = inputs(t, dtype, device)
+        reference = None
+        row: dict[str, Any] = {"tokens": t, "graph": graph}
+        for arm, layer in arms.items():
+            def call(layer=layer):
+                return layer(positions, x.clone(), residual.clone())
+
+            out, res = call()
+            if reference is None:
+                reference = out.float()
+            diff = (out.float() - reference).abs().max().item()
+            scale = reference.abs().max().item()
+            result = bench(call, cold_l2=False, graph=graph, repeats=repeats, label=f"{arm} T={t}")
+            row[arm] = {"median_us": result.median_us, "max_abs_diff_vs_native_eager": diff, "scale": scale}
+        rows.append(row)
+        cells = "  ".join(f"{a}: {row[a]['median_us']:9.1f} us" for a in arms)
+        print(f"T={t:6d} {'graph' if graph else 'eager'}  {cells}  |  speed-up of K compiled over native compiled: "
+              f"{row['native compiled']['median_us'] / row['K compiled']['median_us']:.2f}x", flush=True)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decode", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--prefill", type=int, nargs="*", default=[4096, 16384])
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--out", type=Path, help="write the figures as JSON (benchmarks/results/models/...)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_block needs a CUDA device: the compiled arms and CUDA-graph replay are what it times")
+        return 2
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    started = time.perf_counter()
+    arms = make_arms(dtype, device)
+    print(f"Llama-3-8B layer, bf16, {platform.device_label(device)}, torch {torch.__version__}; "
+          f"us per layer call (median of {args.repeats})", flush=True)
+    rows = run(args.decode, graph=True, dtype=dtype, device=device, arms=arms, repeats=args.repeats)
+    rows += run(args.prefill, graph=False, dtype=dtype, device=device, arms=arms, repeats=max(5, args.repeats // 5))
+    print(f"(whole run {time.perf_counter() - started:.0f} s, compiles included)")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"device": platform.device_label(device), "torch": torch.__version__,
+                                        "config": "Llama-3-8B layer, bf16", "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
