@@ -51,6 +51,16 @@ def inputs(tokens: int, dtype: torch.dtype, device: torch.device) -> tuple[torch
     return positions, x, residual
 
 
+def graph_breaks(layer: torch.nn.Module, tokens: int, dtype: torch.dtype, device: torch.device) -> str:
+    """What Dynamo makes of the layer: its graphs and graph breaks (torch._dynamo.explain)."""
+    import torch._dynamo as dynamo
+
+    positions, x, residual = inputs(tokens, dtype, device)
+    found = dynamo.explain(layer)(positions, x, residual)
+    reasons = "; ".join(str(b.reason).splitlines()[0] for b in found.break_reasons) or "none"
+    return f"{found.graph_count} graph(s), {found.graph_break_count} graph break(s), {found.op_count} ops: {reasons}"
+
+
 def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch.device,
         arms: dict[str, Callable[..., Any]], repeats: int) -> list[dict[str, Any]]:
     rows = []
@@ -59,15 +69,16 @@ def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch
         reference = None
         row: dict[str, Any] = {"tokens": t, "graph": graph}
         for arm, layer in arms.items():
-            def call(layer=layer):
+            def call(positions, x, residual, layer=layer):
                 return layer(positions, x.clone(), residual.clone())
 
-            out, res = call()
+            out, res = call(positions, x, residual)
             if reference is None:
                 reference = out.float()
             diff = (out.float() - reference).abs().max().item()
             scale = reference.abs().max().item()
-            result = bench(call, cold_l2=False, graph=graph, repeats=repeats, label=f"{arm} T={t}")
+            result = bench(call, positions, x, residual, cold_l2=False, graph=graph, repeats=repeats,
+                           label=f"{arm} T={t}")
             row[arm] = {"median_us": result.median_us, "max_abs_diff_vs_native_eager": diff, "scale": scale}
         rows.append(row)
         cells = "  ".join(f"{a}: {row[a]['median_us']:9.1f} us" for a in arms)
@@ -91,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     arms = make_arms(dtype, device)
     print(f"Llama-3-8B layer, bf16, {platform.device_label(device)}, torch {torch.__version__}; "
           f"us per layer call (median of {args.repeats})", flush=True)
+    for arm in ("native eager", "K eager"):
+        print(f"torch._dynamo.explain of the {arm.split()[0]} layer at T=16: "
+              f"{graph_breaks(arms[arm], 16, dtype, device)}", flush=True)
     rows = run(args.decode, graph=True, dtype=dtype, device=device, arms=arms, repeats=args.repeats)
     rows += run(args.prefill, graph=False, dtype=dtype, device=device, arms=arms, repeats=max(5, args.repeats // 5))
     print(f"(whole run {time.perf_counter() - started:.0f} s, compiles included)")

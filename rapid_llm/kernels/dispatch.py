@@ -93,8 +93,9 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
         return f"{ctx.dtype} not in dtypes ({', '.join(row.dtypes)})"
     if ctx.device.type not in row.devices:
         return f"{ctx.device.type} not in devices ({', '.join(row.devices)})"
-    if ctx.layout not in row.layouts:
-        return f"takes {' or '.join(row.layouts)} tensors only; this call has a {ctx.layout} view"
+    if not row.takes(ctx.layout):
+        return (f"takes {' or '.join(_ROW_TAKES[x] for x in row.layouts)} only; "
+                f"this call has {_CALL_HAS[ctx.layout]}")
     if row.is_native:
         return None
     if not row.golden.verified:
@@ -157,8 +158,15 @@ def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | 
     return [(row, m) for _, row, m in survivors]
 
 
+#: How explain names what a row takes and what a call brings (spec.LAYOUTS).
+_ROW_TAKES = {"contiguous": "contiguous tensors", "rows": "row-strided views (contiguous last dim, one row stride)",
+              "strided": "any view"}
+_CALL_HAS = {"contiguous": "contiguous tensors", "rows": "a row-strided view",
+             "strided": "a strided view (its last dim or leading dims are not one row stride)"}
+
+
 def _layout(tensors: Iterable[Any]) -> str:
-    return "contiguous" if all(t.is_contiguous() for t in tensors if isinstance(t, torch.Tensor)) else "strided"
+    return _spec.layout_of(t for t in tensors if isinstance(t, torch.Tensor))
 
 
 def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None,
@@ -206,14 +214,18 @@ class _OpMethods:
 
     __slots__ = ()
 
-    def _entry(self, x: torch.Tensor, contiguous: bool, capturing: bool,
+    def _entry(self, x: torch.Tensor, layout: bool | str, capturing: bool,
                has_out: bool = False) -> tuple[Callable[..., Any], bool]:
         """The callable and graph safety of the row that serves tensors like ``x``.
 
+        ``layout``: True (contiguous), False (strided) or a name from spec.LAYOUTS ("rows"): both
+        call paths key on it as they computed it, so a contiguous call costs no name lookup.
         A row's function may offer ``specialize(x, has_out)``: a cheaper callable that computes the
         same for such calls (the floor of scale is ``torch.mul`` itself on CUDA without ``out=``).
         """
-        row = resolve(self.name, x, capturing=capturing, layout="contiguous" if contiguous else "strided")
+        if isinstance(layout, bool):
+            layout = "contiguous" if layout else "strided"
+        row = resolve(self.name, x, capturing=capturing, layout=layout)
         fn = row.call_path()
         specialize = getattr(fn, "specialize", None)
         return (specialize(x, has_out) or fn) if specialize is not None else fn, row.graph_safe
@@ -253,6 +265,9 @@ class Op(_OpMethods):
             out = kwargs.get("out")
             if isinstance(out, torch.Tensor):
                 contiguous = contiguous and out.is_contiguous()
+            if not contiguous:  # True, "rows" or False: what _entry takes (fastcall_dispatch.inc passes the same)
+                tensors = (*args, out) if isinstance(out, torch.Tensor) else args
+                contiguous = "rows" if _layout(tensors) == "rows" else False
             has_out = out is not None
             key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous, has_out)  # ints hash fast
         except (AttributeError, IndexError):
@@ -340,7 +355,7 @@ class Explanation:
     def _header(self) -> str:
         c = self.context
         cap = ", capturing a CUDA graph" if c.capturing else ""
-        cap += ", strided" if c.layout == "strided" else ""
+        cap += {"contiguous": "", "rows": ", row-strided", "strided": ", strided"}[c.layout]
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
         return f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
 

@@ -52,6 +52,8 @@ __all__ = [
     "library_declares",
     "op_group",
     "on_change",
+    "row_stride",
+    "layout_of",
 ]
 
 
@@ -65,8 +67,47 @@ UNMEASURED = None
 BACKENDS = ("native", "triton", "jit", "aot", "external")
 
 DEVICE_TYPES = ("cpu", "cuda")
-#: Memory layouts a call can bring: every tensor argument dense and row-major, or any strides.
-LAYOUTS = ("contiguous", "strided")
+#: Memory layouts a call can bring, narrowest first: every tensor argument dense and row-major; "rows",
+#: every tensor's last dim contiguous and its leading dims one uniform row stride (``x[:, :H]`` of a
+#: [T, 2H] buffer), which a row-stride kernel walks as [rows, H]; or any strides. A row that takes
+#: "strided" takes "rows" too (see KernelSpec.takes).
+LAYOUTS = ("contiguous", "rows", "strided")
+
+
+
+def row_stride(t: Any) -> int | None:
+    """The distance between the rows of tensor ``t`` viewed as [rows, t.shape[-1]], or None where no one
+    stride describes it. A "rows" row's kernel takes this instead of assuming a dense tensor.
+
+    Contiguous: the last dim's size. Otherwise the last dim must be contiguous and the leading dims
+    (size-1 ones skipped, as torch's is_contiguous skips them) one uniform stride, with rows not
+    overlapping (a slice ``x[:, :H]`` of a [T, 2H] buffer has stride 2H). fastcall_dispatch.inc's
+    dl_rows applies the same rule.
+    """
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    if t.is_contiguous():
+        return shape[-1] if shape else 1
+    if len(shape) < 2 or (shape[-1] != 1 and stride[-1] != 1):
+        return None
+    row = expected = None
+    for size, st in zip(reversed(shape[:-1]), reversed(stride[:-1])):
+        if size == 1:
+            continue
+        if row is None:
+            row = st
+        elif st != expected:
+            return None
+        expected = st * size
+    return row if row is not None and row >= shape[-1] else None  # None: overlapping rows (a stride-0 expand)
+
+
+def layout_of(tensors: Any) -> str:
+    """The layout class (LAYOUTS) of a call passing these tensors: the widest any of them needs."""
+    tensors = list(tensors)
+    if all(t.is_contiguous() for t in tensors):
+        return "contiguous"
+    return "rows" if all(row_stride(t) is not None for t in tensors) else "strided"
+
 
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -138,9 +179,10 @@ class KernelSpec:
     below every number, so it loses ties). A measured latency for the device,
     dtype and size ranks ahead of any priority (see dispatch).
 
-    ``layouts``: what the row accepts, "contiguous" and/or "strided" (any
-    view). Default: both for the native floor, contiguous only for any other
-    row; dispatch sends a strided call to a row that takes it, else the floor.
+    ``layouts``: what the row accepts, among "contiguous", "rows" (last dim
+    contiguous, one row stride) and "strided" (any view). Default: all for the
+    native floor, contiguous only for any other row; dispatch sends a call to
+    a row that takes its layout, else the floor.
     """
 
     name: str
@@ -206,6 +248,10 @@ class KernelSpec:
     @property
     def is_native(self) -> bool:
         return self.backend == "native"
+
+    def takes(self, layout: str) -> bool:
+        """Whether a call of this layout may reach the row: a row that takes any view takes a row-strided one."""
+        return layout in self.layouts or (layout == "rows" and "strided" in self.layouts)
 
     def load(self) -> Callable[..., Any]:
         """Import and return the row's function (imports happen here, never at registration)."""

@@ -323,7 +323,8 @@ _AS_INDUCTOR_COMPILES = textwrap.dedent("""
         compile(ASTSource(_scale_kernel, {"out_ptr": p, "in_ptr": p, "factor": "fp64", "n": "i64",
                                           "BLOCK": "constexpr"}, constexprs={"BLOCK": 4096}), target=target)
         for one_pass, add in ((True, False), (True, True), (False, False), (False, True)):
-            sig = {"x_ptr": p, "res_ptr": p, "w_ptr": p, "out_ptr": p, "hidden": "i32", "eps": "fp64",
+            sig = {"x_ptr": p, "res_ptr": p, "w_ptr": p, "out_ptr": p, "x_stride": "i32", "res_stride": "i32",
+                   "out_stride": "i32", "hidden": "i32", "eps": "fp64",
                    "BLOCK": "constexpr", "ONE_PASS": "constexpr", "ADD_RESIDUAL": "constexpr"}
             compile(ASTSource(_rms_norm_kernel, sig, constexprs={"BLOCK": 1024, "ONE_PASS": one_pass,
                                                                   "ADD_RESIDUAL": add}), target=target)

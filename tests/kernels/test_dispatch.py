@@ -190,6 +190,84 @@ def test_a_strided_argument_or_out_goes_to_the_floor(op, call_impl):
     assert call(m, 2.0, out=m)[0] == f"triton/{op.name}"
 
 
+def test_a_row_strided_call_reaches_a_row_that_declares_rows(op, call_impl):
+    """x[:, :H] of a [T, 2H] buffer is "rows": a row declaring it answers; a view no single row stride
+    describes (transposed, step-sliced, overlapping, non-uniform leading dims) still goes to the floor.
+    Both call paths key the three layouts apart, so a cached "rows" answer never serves a strided call."""
+    op(f"triton/{op.name}", "triton", layouts=("contiguous", "rows"))
+    fast, floor = f"triton/{op.name}", f"native/{op.name}"
+    call = dispatch.get_op(op.name)
+    buf = torch.ones(8, 16)
+    rows = buf[:, :8]  # [8, 8], row stride 16
+    assert call(rows, 2.0)[0] == fast
+    assert call(buf[:, ::2], 2.0)[0] == floor  # same dtype, device and size class, after a cached "rows" call
+    assert call(rows.t(), 2.0)[0] == floor
+    assert call(torch.ones(8).expand(8, 8), 2.0)[0] == floor  # row stride 0: rows overlap
+    assert call(torch.ones(8, 16).view(2, 4, 16)[..., :8], 2.0)[0] == fast  # leading dims: one row stride
+    assert call(torch.ones(2, 5, 16)[:, :4, :8], 2.0)[0] == floor  # leading dims not one stride
+    assert call(torch.ones(8, 1, 16)[..., :8], 2.0)[0] == fast  # a size-1 dim's stride does not count
+    assert call(rows, rows)[0] == fast
+    assert call(rows, rows.t())[0] == floor  # one tensor without a row stride decides
+    assert call(rows, 2.0, out=torch.empty(8, 32)[:, 8:16])[0] == fast
+    assert call(rows, 2.0, out=rows.t())[0] == floor
+    assert call(torch.ones(8, 8), 2.0)[0] == fast
+
+
+def test_a_row_that_takes_any_view_takes_a_row_strided_one(op, call_impl):
+    op(f"jit/{op.name}", "jit", layouts=("contiguous", "strided"))
+    call = dispatch.get_op(op.name)
+    assert call(torch.ones(8, 16)[:, :8], 2.0)[0] == f"jit/{op.name}"
+    assert spec.get_row(f"jit/{op.name}").takes("rows")
+    assert not spec.get_row(f"native/{op.name}").takes("bogus")
+
+
+def test_explain_says_which_layout_a_call_has_and_what_each_row_takes(op):
+    op(f"triton/{op.name}", "triton", layouts=("contiguous", "rows"))
+    op(f"jit/{op.name}", "jit")  # contiguous only, the default
+    rows = torch.ones(8, 16)[:, :8]
+    e = explain(op.name, rows)
+    assert e.context.layout == "rows" and e.chosen.name == f"triton/{op.name}"
+    assert str(e).splitlines()[0].endswith(", row-strided")
+    assert e.verdict(f"jit/{op.name}").reason == "takes contiguous tensors only; this call has a row-strided view"
+    e = explain(op.name, rows.t())
+    assert e.context.layout == "strided" and e.chosen.name == f"native/{op.name}"
+    assert e.verdict(f"triton/{op.name}").reason == (
+        "takes contiguous tensors or row-strided views (contiguous last dim, one row stride) only; this call has "
+        "a strided view (its last dim or leading dims are not one row stride)")
+    assert explain(op.name, rows, layout="contiguous").chosen.name == f"jit/{op.name}"
+    with pytest.raises(RegistryError, match=r"layout must be one of contiguous, rows, strided"):
+        explain(op.name, rows, layout="diagonal")
+
+
+def test_layouts_are_validated_and_default_to_contiguous(op):
+    with pytest.raises(RegistryError, match=r"layouts must be among contiguous, rows, strided"):
+        KernelSpec(name=f"jit/{op.name}_bad", op=op.name, backend="jit", target=_impl("x"), layouts=("rowwise",))
+    assert KernelSpec(name=f"jit/{op.name}_d", op=op.name, backend="jit", target=_impl("x")).layouts == ("contiguous",)
+    assert spec.get_row(f"native/{op.name}").layouts == spec.LAYOUTS
+
+
+@pytest.mark.parametrize("make, want", [
+    (lambda: torch.ones(4, 8), 8),
+    (lambda: torch.ones(4, 16)[:, :8], 16),
+    (lambda: torch.ones(1, 16)[:, :8], 8),  # one row: contiguous, as torch says
+    (lambda: torch.ones(2, 3, 16)[..., :8], 16),
+    (lambda: torch.ones(4, 1, 16)[..., :8], 16),
+    (lambda: torch.ones(0, 16)[:, :8], 8),  # empty: contiguous
+    (lambda: torch.ones(8, 4).t(), None),
+    (lambda: torch.ones(4, 16)[:, ::2], None),
+    (lambda: torch.ones(16)[::2], None),
+    (lambda: torch.ones(8).expand(4, 8), None),
+    (lambda: torch.ones(2, 5, 16)[:, :4, :8], None),
+    (lambda: torch.ones(4, 16).as_strided((4, 8), (4, 1)), None),  # rows overlap
+], ids=["contiguous", "rows", "one-row", "3d-rows", "size1-dim", "empty", "transposed", "step", "1d-step",
+        "expand", "non-uniform", "overlap"])
+def test_row_stride_classifies_views(make, want):
+    t = make()
+    assert spec.row_stride(t) == want
+    want_layout = "contiguous" if t.is_contiguous() else "rows" if want is not None else "strided"
+    assert spec.layout_of([t, torch.ones(3)]) == want_layout
+
+
 def test_a_non_tensor_argument_is_a_type_error_naming_the_op(op, call_impl):
     call = dispatch.get_op(op.name)
     with pytest.raises(TypeError, match=rf"^{op.name}\(\): argument 1 must be a torch.Tensor, got str$"):
@@ -401,7 +479,8 @@ def test_strided_inputs_reach_a_row_that_takes_them(view, device):
     x = view(torch.randn(64, 33, device=device))
     assert_close_to_ref(K.scale(x, 1.7), scale_ref(x, 1.7), "strided scale")
     e = explain("scale", x)
-    assert e.context.layout == "strided" and e.chosen.name == "native/scale"
+    # x[:, 1:] is one row stride over a contiguous last dim ("rows"); scale's fast rows take neither.
+    assert e.context.layout in ("rows", "strided") and e.chosen.name == "native/scale"
     for row in ("triton/scale", "jit/scale"):
         assert e.verdict(row).verdict == "filtered"
     out = torch.empty(64, 66, device=device)[:, ::2]

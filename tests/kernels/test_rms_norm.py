@@ -227,12 +227,16 @@ def test_fused_add_rms_norm_bad_inputs_raise_and_change_nothing(backend, make, m
     assert torch.equal(x, x0) and torch.equal(r, r0)
 
 
-def test_triton_refuses_strided_views():
+def test_triton_refuses_views_without_one_row_stride():
+    """A transposed x has no contiguous last dim: no row stride describes it (row strides: test_rms_norm_rows.py)."""
     x = randn((8, 16), torch.float32).t()
-    with pytest.raises(ValueError, match=r"rms_norm: contiguous tensors only, x is a strided view"):
+    with pytest.raises(ValueError, match=r"rms_norm: x must have a contiguous last dim and one row stride, got a "
+                                         r"strided view \[16, 8\] with strides \[1, 16\]"):
         row_fn("rms_norm", "triton")(x, weight(8, torch.float32), 1e-6)
-    with pytest.raises(ValueError, match=r"fused_add_rms_norm: contiguous tensors only, x is a strided view"):
+    with pytest.raises(ValueError, match=r"fused_add_rms_norm: x must have a contiguous last dim and one row stride"):
         row_fn("fused_add_rms_norm", "triton")(x, x.clone(), weight(8, torch.float32), 1e-6)
+    with pytest.raises(ValueError, match=r"rms_norm: contiguous tensors only, weight is a strided view"):
+        row_fn("rms_norm", "triton")(randn((2, 8), torch.float32), weight(16, torch.float32)[::2], 1e-6)
 
 
 def test_native_takes_strided_views():

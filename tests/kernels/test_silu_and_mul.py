@@ -156,9 +156,9 @@ def test_unsupported_dtype_raises(row, dtype, device):
 
 
 def test_native_takes_strided_views_and_triton_refuses_them(device):
-    x = _x((64, 8), torch.float32, device).t()  # [8, 64], strided
+    x = _x((64, 8), torch.float32, device).t()  # [8, 64], strided: no contiguous last dim
     assert_close_to_oracle(native(x), x, "native strided")
-    with pytest.raises(ValueError, match="silu_and_mul: contiguous tensors only"):
+    with pytest.raises(ValueError, match=r"silu_and_mul: x must have a contiguous last dim and one row stride"):
         _triton()(x)
 
 
@@ -270,7 +270,7 @@ def test_cuda_row_allocates_the_halved_out(jit_row):
 @pytest.mark.gpu
 def test_cuda_row_refuses_a_strided_view(jit_row):
     x = _x((64, 8), torch.float32, torch.device("cuda")).t()
-    with pytest.raises(RuntimeError, match="silu_and_mul: contiguous tensors only"):
+    with pytest.raises(RuntimeError, match="silu_and_mul: x must have a contiguous last dim and one row stride"):
         jit_row(x, out=torch.empty(8, 32, device="cuda"))
 
 

@@ -1,4 +1,4 @@
-// rapid_llm row: {"name": "jit/silu_and_mul", "op": "silu_and_mul", "fn": "silu_and_mul", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.0, "baseline": "native/silu_and_mul", "per_dtype": [["bf16", 0.0], ["fp16", 0.0], ["fp32", 0.0]]}, "graph_safe": true, "description": "CTAs over (chunk of I, tokens), 128-bit loads of both halves, the native fp32 recipe", "out": "half_last_dim"}
+// rapid_llm row: {"name": "jit/silu_and_mul", "op": "silu_and_mul", "fn": "silu_and_mul", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.0, "baseline": "native/silu_and_mul", "per_dtype": [["bf16", 0.0], ["fp16", 0.0], ["fp32", 0.0]]}, "graph_safe": true, "description": "CTAs over (chunk of I, tokens), 128-bit loads of both halves, the native fp32 recipe", "out": "half_last_dim", "layouts": ["contiguous", "rows"]}
 // silu_and_mul: out[..., i] = silu(x[..., i]) * x[..., I + i] for x [..., 2I], out [..., I]; fp16 / bf16 / fp32.
 //
 // Numerics: the native row's, bit for bit on CUDA. Both halves are upcast to
@@ -11,10 +11,15 @@
 // but the accurate expf costs a few FMAs per element, which a kernel this
 // memory bound does not notice (measured: no difference on H200).
 //
+// Rows: x and out are each addressed at their own row stride (in elements), so
+// x = randn(T, 4I)[:, :2I] (vLLM's and FlashInfer's strided case) runs without a
+// copy; the last dim must be contiguous and the leading dims one uniform stride.
+//
 // Layout: each CTA covers by tokens x (bx * per_thread) items of one chunk of
-// I, where an item is a 16-byte vector (8 halves or 4 floats) when I is a
-// multiple of the vector width and both pointers are 16-byte aligned, and one
-// element otherwise (a tail such as I = 4097, a view starting mid-vector).
+// I, where an item is a 16-byte vector (8 halves or 4 floats) when I and both
+// row strides are multiples of the vector width and both pointers are 16-byte
+// aligned, and one element otherwise (a tail such as I = 4097, a view starting
+// mid-vector, a row stride that leaves rows off the 16-byte grid).
 // CTAs are numbered chunk-fastest, so the CTAs in flight at once walk through
 // rows in address order; that measured a few percent faster on H200 than
 // token-fastest order. Each thread issues the loads of all its items (both
@@ -80,21 +85,23 @@ __device__ __forceinline__ Tile tile_of(int64_t row_items) {
   return {static_cast<int64_t>(tile) * blockDim.y + threadIdx.y, static_cast<int64_t>(chunk) * span + threadIdx.x};
 }
 
-// 16-byte items: both pointers aligned and I % kN == 0, so every row's a, b and out start on a vector.
+// 16-byte items: both pointers aligned and I and the row strides multiples of kN, so every row's a, b and
+// out start on a vector.
 // Plain loads and stores: the streaming hint (__ldcs) measured 1-4 % slower on H200, and a plain store
 // leaves out in L2 for the GEMM that reads it next.
 template <typename T, int kPerThread>
 __global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict__ x,
-                                                                    int64_t tokens, int64_t inner) {
+                                                                    int64_t tokens, int64_t inner,
+                                                                    int64_t out_stride, int64_t x_stride) {
   static_assert(kVecBytes % sizeof(T) == 0, "the element size must divide 16 bytes");
   constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
   const int64_t row_vecs = inner / kN;
   const Tile tile = tile_of<kPerThread>(row_vecs);
   const int64_t t = tile.token;
   if (t >= tokens) return;
-  const uint4* __restrict__ a_v = reinterpret_cast<const uint4*>(x + t * 2 * inner);
+  const uint4* __restrict__ a_v = reinterpret_cast<const uint4*>(x + t * x_stride);
   const uint4* __restrict__ b_v = a_v + row_vecs;
-  uint4* __restrict__ out_v = reinterpret_cast<uint4*>(out + t * inner);
+  uint4* __restrict__ out_v = reinterpret_cast<uint4*>(out + t * out_stride);
   const int64_t first = tile.first;
   uint4 a[kPerThread], b[kPerThread];
 #pragma unroll
@@ -119,13 +126,14 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(T* __restric
 template <typename T, int kPerThread>
 __global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __restrict__ out,
                                                                        const T* __restrict__ x, int64_t tokens,
-                                                                       int64_t inner) {
+                                                                       int64_t inner, int64_t out_stride,
+                                                                       int64_t x_stride) {
   const Tile tile = tile_of<kPerThread>(inner);
   const int64_t t = tile.token;
   if (t >= tokens) return;
-  const T* __restrict__ a_row = x + t * 2 * inner;
+  const T* __restrict__ a_row = x + t * x_stride;
   const T* __restrict__ b_row = a_row + inner;
-  T* __restrict__ out_row = out + t * inner;
+  T* __restrict__ out_row = out + t * out_stride;
   const int64_t first = tile.first;
   T a[kPerThread], b[kPerThread];
 #pragma unroll
@@ -146,15 +154,39 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __rest
 
 #if RL_HOST
 #include <algorithm>
+#include <string>
 
 // The kernels this launcher starts, declared (the device pass defines them).
 template <typename T, int kPerThread>
-__global__ void silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens, int64_t inner);
+__global__ void silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens, int64_t inner,
+                                        int64_t out_stride, int64_t x_stride);
 template <typename T, int kPerThread>
 __global__ void silu_and_mul_scalar_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens,
-                                           int64_t inner);
+                                           int64_t inner, int64_t out_stride, int64_t x_stride);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
+
+// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous, the
+// leading dims (size-1 ones skipped) one uniform stride, rows not overlapping; x[:, :2I] of [T, 4I] has 4I.
+// Any other view raises, naming the op: the kernels address row r at r * stride.
+inline int64_t row_stride(const char* op, const char* name, const rl::Tensor& t) {
+  const int64_t last = t.dim() - 1;
+  const int64_t width = t.size(last);
+  if (t.is_contiguous()) return width;
+  bool uniform = width == 1 || t.stride(last) == 1;
+  int64_t row = -1, expected = 0;
+  for (int64_t d = last - 1; uniform && d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (row < 0) row = t.stride(d);
+    else uniform = t.stride(d) == expected;
+    expected = t.stride(d) * t.size(d);
+  }
+  std::string strides;
+  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
+  RL_CHECK(uniform && row >= width, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
+           t.describe(), " with strides [", strides, "]");
+  return row;
+}
 
 inline int64_t next_pow2(int64_t v) {
   int64_t p = 1;
@@ -173,8 +205,9 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
            " for x ", x.describe());
   RL_CHECK(out.dtype() == x.dtype(), "silu_and_mul: out and x must have one dtype, got out ", out.describe(),
            " and x ", x.describe());
+  const int64_t x_stride = row_stride("silu_and_mul", "x", x);  // an empty tensor passes: torch calls it contiguous
+  const int64_t out_stride = row_stride("silu_and_mul", "out", out);
   rl::check_cuda("silu_and_mul", {out, x});
-  rl::check_contiguous("silu_and_mul", {out, x});
 
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = out.numel();
@@ -188,7 +221,8 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
     const T* x_p = x.data<T>();
     T* out_p = out.data<T>();
     const int64_t vec_n = kVecBytes / x.element_size();  // T is incomplete in the host pass
-    const bool vec = inner % vec_n == 0 && aligned16(x_p) && aligned16(out_p);
+    const bool vec = inner % vec_n == 0 && x_stride % vec_n == 0 && out_stride % vec_n == 0 && aligned16(x_p) &&
+                     aligned16(out_p);
     const int64_t row_items = vec ? inner / vec_n : inner;
     // A row shorter than a CTA shares it with the next rows: bx threads along a row, by rows.
     const int64_t bx = std::min<int64_t>(next_pow2(row_items), kThreads);
@@ -202,13 +236,15 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
     const dim3 grid(static_cast<unsigned>(ctas));
     const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(by));
     if (vec && deep) {
-      rl::launch(silu_and_mul_vec_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner);
+      rl::launch(silu_and_mul_vec_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
+                 x_stride);
     } else if (vec) {
-      rl::launch(silu_and_mul_vec_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner);
+      rl::launch(silu_and_mul_vec_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
     } else if (deep) {
-      rl::launch(silu_and_mul_scalar_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner);
+      rl::launch(silu_and_mul_scalar_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
+                 x_stride);
     } else {
-      rl::launch(silu_and_mul_scalar_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner);
+      rl::launch(silu_and_mul_scalar_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
     }
   });
 }

@@ -1,4 +1,4 @@
-// rapid_llm row: {"name": "jit/rms_norm", "op": "rms_norm", "fn": "rms_norm", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.015625, "baseline": "native/rms_norm", "per_dtype": [["bf16", 0.015625], ["fp16", 0.00390625], ["fp32", 1.9073486328125e-06]]}, "graph_safe": true, "description": "promoted from rms_norm_cell.cu, launcher rms_norm()"}
+// rapid_llm row: {"name": "jit/rms_norm", "op": "rms_norm", "fn": "rms_norm", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.015625, "baseline": "native/rms_norm", "per_dtype": [["bf16", 0.015625], ["fp16", 0.00390625], ["fp32", 1.9073486328125e-06]]}, "graph_safe": true, "description": "promoted from rms_norm_cell.cu, launcher rms_norm()", "layouts": ["contiguous", "rows"]}
 // rms_norm: out = x / sqrt(mean(x^2) + eps) * weight over the last dim, fp16 / bf16 / fp32.
 // Sum of squares in fp32; the normalised value times the weight in fp32, rounded once.
 //
@@ -7,6 +7,12 @@
 // row stays in registers as 16-byte vectors, with every load (the weight's too) in
 // flight before any is used. Rows too wide for registers, a hidden size that is not a
 // multiple of the vector, or an unaligned view take a two-pass scalar kernel instead.
+//
+// Since its promotion from notebook 06's cell: x and out are each addressed at their own
+// row stride (in elements), so a slice x[:, :H] of a [T, 2H] buffer (vLLM's and
+// FlashInfer's strided case) runs without a copy. The last dim must be contiguous and
+// the leading dims one uniform stride; a row stride that keeps every row 16-byte aligned
+// keeps the vector path, any other takes the scalar one.
 #include "common/rapid_llm.cuh"
 
 constexpr int kVecBytes = 16;     // one 128-bit load or store
@@ -34,17 +40,18 @@ __device__ __forceinline__ float row_sum(float v, float* partials) {
   return total;
 }
 
-// The row in registers: kVecs 16-byte vectors per thread (hidden % Vec<T>::kN == 0, 16-byte aligned).
+// The row in registers: kVecs 16-byte vectors per thread (hidden and both row strides multiples of
+// Vec<T>::kN, every pointer 16-byte aligned, so every row starts on a vector).
 template <typename T, int kVecs>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_vec_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight, int64_t rows,
-                        int hidden, float eps) {
+    rms_norm_vec_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
+                        int64_t out_stride, int64_t x_stride, int64_t rows, int hidden, float eps) {
   constexpr int kN = Vec<T>::kN;
   __shared__ float partials[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a block's last rows may be past the end; they still meet the barrier
   const int n_vec = hidden / kN;
-  const uint4* x_v = reinterpret_cast<const uint4*>(x) + row * n_vec;
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);  // strides keep rows 16-byte aligned
   const uint4* w_v = reinterpret_cast<const uint4*>(weight);
   Vec<T> xv[kVecs], wv[kVecs];
 #pragma unroll
@@ -65,7 +72,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   const float scale = rsqrtf(row_sum(sum_sq, partials) / static_cast<float>(hidden) + eps);
   if (!live) return;  // past the only barrier
-  uint4* out_v = reinterpret_cast<uint4*>(out) + row * n_vec;
+  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
@@ -84,22 +91,23 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_generic_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
-                            int64_t rows, int hidden, float eps) {
+                            int64_t out_stride, int64_t x_stride, int64_t rows, int hidden, float eps) {
   __shared__ float partials[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;
-  const int64_t base = row * hidden;
+  const T* x_row = x + row * x_stride;
   float sum_sq = 0.0f;
   if (live) {
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-      const float t = static_cast<float>(x[base + i]);
+      const float t = static_cast<float>(x_row[i]);
       sum_sq += t * t;
     }
   }
   const float scale = rsqrtf(row_sum(sum_sq, partials) / static_cast<float>(hidden) + eps);
   if (!live) return;
+  T* out_row = out + row * out_stride;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    out[base + i] = static_cast<T>(static_cast<float>(x[base + i]) * scale * static_cast<float>(weight[i]));
+    out_row[i] = static_cast<T>(static_cast<float>(x_row[i]) * scale * static_cast<float>(weight[i]));
   }
 }
 #endif
@@ -107,18 +115,41 @@ __global__ void __launch_bounds__(kMaxThreads)
 #if RL_HOST
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 template <typename T, int kVecs>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_vec_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight, int64_t rows,
-                        int hidden, float eps);
+    rms_norm_vec_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
+                        int64_t out_stride, int64_t x_stride, int64_t rows, int hidden, float eps);
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_generic_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
-                            int64_t rows, int hidden, float eps);
+                            int64_t out_stride, int64_t x_stride, int64_t rows, int hidden, float eps);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 inline unsigned round_up_warp(int64_t threads) { return static_cast<unsigned>(rl::cdiv(threads, 32) * 32); }
+
+// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous, the
+// leading dims (size-1 ones skipped) one uniform stride, rows not overlapping; x[:, :H] of [T, 2H] has 2H.
+// Any other view raises, naming the op: the kernels address row r at r * stride.
+inline int64_t row_stride(const char* op, const char* name, const rl::Tensor& t) {
+  const int64_t last = t.dim() - 1;
+  const int64_t hidden = t.size(last);
+  if (t.is_contiguous()) return hidden;
+  bool uniform = hidden == 1 || t.stride(last) == 1;
+  int64_t row = -1, expected = 0;
+  for (int64_t d = last - 1; uniform && d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (row < 0) row = t.stride(d);
+    else uniform = t.stride(d) == expected;
+    expected = t.stride(d) * t.size(d);
+  }
+  std::string strides;
+  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
+  RL_CHECK(uniform && row >= hidden, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
+           t.describe(), " with strides [", strides, "]");
+  return row;
+}
 
 void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
   // Step 1: validate.
@@ -135,7 +166,9 @@ void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = x.numel();
   if (n == 0) return;
-  rl::check_contiguous("rms_norm", {out, x, weight});
+  rl::check_contiguous("rms_norm", {weight});
+  const int64_t x_stride = row_stride("rms_norm", "x", x);
+  const int64_t out_stride = row_stride("rms_norm", "out", out);
   const int64_t rows = n / hidden;
   const int h = static_cast<int>(hidden);
   const float e = static_cast<float>(eps);
@@ -148,19 +181,24 @@ void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
     const T* w = weight.data<T>();
     const int64_t kN = kVecBytes / x.element_size();
     const int64_t n_vec = hidden / kN;
-    if (hidden % kN == 0 && aligned16(o) && aligned16(xp) && aligned16(w) && n_vec <= 4 * kMaxThreads) {
+    const bool rows_aligned = hidden % kN == 0 && x_stride % kN == 0 && out_stride % kN == 0;
+    if (rows_aligned && aligned16(o) && aligned16(xp) && aligned16(w) && n_vec <= 4 * kMaxThreads) {
       const int vecs = n_vec <= 256 ? 1 : n_vec <= 512 ? 2 : 4;         // ~256 threads a row at hidden 4096
       const unsigned tpr = round_up_warp(rl::cdiv(n_vec, vecs));        // threads per row
       const unsigned rpb = std::max(1u, 128u / tpr);                    // narrow rows share a block
       const dim3 grid(static_cast<unsigned>(rl::cdiv(rows, rpb))), block(tpr, rpb);
-      if (vecs == 1) rl::launch(rms_norm_vec_kernel<T, 1>, grid, block, 0, o, xp, w, rows, h, e);
-      else if (vecs == 2) rl::launch(rms_norm_vec_kernel<T, 2>, grid, block, 0, o, xp, w, rows, h, e);
-      else rl::launch(rms_norm_vec_kernel<T, 4>, grid, block, 0, o, xp, w, rows, h, e);
+      if (vecs == 1) {
+        rl::launch(rms_norm_vec_kernel<T, 1>, grid, block, 0, o, xp, w, out_stride, x_stride, rows, h, e);
+      } else if (vecs == 2) {
+        rl::launch(rms_norm_vec_kernel<T, 2>, grid, block, 0, o, xp, w, out_stride, x_stride, rows, h, e);
+      } else {
+        rl::launch(rms_norm_vec_kernel<T, 4>, grid, block, 0, o, xp, w, out_stride, x_stride, rows, h, e);
+      }
     } else {
       const unsigned tpr = std::min<unsigned>(kMaxThreads, round_up_warp(std::min<int64_t>(hidden, kMaxThreads)));
       const unsigned rpb = std::max(1u, 128u / tpr);
       rl::launch(rms_norm_generic_kernel<T>, dim3(static_cast<unsigned>(rl::cdiv(rows, rpb))), dim3(tpr, rpb), 0,
-                 o, xp, w, rows, h, e);
+                 o, xp, w, out_stride, x_stride, rows, h, e);
     }
   });
 }

@@ -1,4 +1,5 @@
-// The kernels of rms_norm.cu and fused_add_rms_norm.cu, and the launch both share.
+// The kernels of fused_add_rms_norm.cu and their launch (kAdd = false is a plain rms_norm, which
+// rms_norm.cu, notebook 06's promoted cell, keeps in its own copy).
 //
 // out = total / sqrt(mean(total^2) + eps) * weight per token row, where total is x
 // (rms_norm) or x + residual formed in fp32 (fused_add_rms_norm, which also writes
@@ -8,11 +9,14 @@
 //
 // One token row per thread row of the block (threadIdx.y), blockDim.x threads across
 // the hidden dim (a multiple of 32: a warp never spans two rows). A row is memory
-// bound: hidden 4096 bf16 is 8 KiB, read once and written once.
-//  - Vector path (hidden a multiple of the 16-byte vector, every pointer 16-byte
-//    aligned): the row stays in registers as raw 16-byte vectors, kVecs of them per
-//    thread, all loads (the weight's too) issued before any is used; warp-shuffle plus
-//    shared-memory reduction of the sum of squares; then scale and store. Hidden 4096
+// bound: hidden 4096 bf16 is 8 KiB, read once and written once. Each of out, x and
+// residual is addressed at its own row stride (in elements; see row_stride below), so a
+// slice x[:, :H] of a [T, 2H] buffer runs without a copy.
+//  - Vector path (hidden and every row stride a multiple of the 16-byte vector, every
+//    pointer 16-byte aligned, so every row starts on a vector): the row stays in
+//    registers as raw 16-byte vectors, kVecs of them per thread, all loads (the
+//    weight's too) issued before any is used; warp-shuffle plus shared-memory
+//    reduction of the sum of squares; then scale and store. Hidden 4096
 //    bf16 is 256 threads x 2 vectors of 8. Narrow rows (hidden 128 bf16: one warp)
 //    share a block of 128 threads with other rows, so a block is never a lone warp.
 //    On an H200 (bf16, hidden 4096) this moves 97% of what a copy of the same bytes
@@ -67,20 +71,20 @@ __device__ __forceinline__ float inv_rms(float sum_sq, int hidden, float eps) {
 }
 
 // The row in registers. kAdd: x + residual, with residual written back (rounded) and x overwritten
-// (out == x). Pointers are 16-byte aligned and hidden % Vec<T>::kN == 0 (the launcher checks).
+// (out == x). Pointers are 16-byte aligned, hidden and the row strides multiples of Vec<T>::kN (the
+// launcher checks).
 template <typename T, int kVecs, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_vec_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t rows, int hidden,
-                        float eps) {
+    rms_norm_vec_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
+                        int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps) {
   static_assert(sizeof(Vec<T>) == sizeof(uint4), "a Vec must travel as one 128-bit access");
   constexpr int kN = Vec<T>::kN;
   __shared__ float partials[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // the last block may hold fewer rows; its threads still meet the barrier
   const int n_vec = hidden / kN;
-  const int64_t base = row * hidden / kN;  // in vectors
-  const uint4* x_v = reinterpret_cast<const uint4*>(x) + base;
-  uint4* res_v = reinterpret_cast<uint4*>(residual) + base;
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
+  uint4* res_v = reinterpret_cast<uint4*>(residual + row * res_stride);
 
   Vec<T> xv[kVecs];
   Vec<T> rv[kAdd ? kVecs : 1];
@@ -124,7 +128,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   const float scale = inv_rms(row_sum(sum_sq, partials), hidden, eps);
   if (!live) return;  // past the last barrier
-  uint4* out_v = reinterpret_cast<uint4*>(out) + base;
+  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
@@ -147,29 +151,31 @@ __global__ void __launch_bounds__(kMaxThreads)
 // Any hidden size and alignment: two passes with scalar accesses (see the file comment).
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_generic_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t rows, int hidden,
-                            float eps) {
+    rms_norm_generic_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
+                            int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps) {
   __shared__ float partials[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;
-  const int64_t base = row * hidden;
+  const T* x_row = x + row * x_stride;
+  T* res_row = residual + row * res_stride;
   float sum_sq = 0.0f;
   if (live) {
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-      float t = to_float(x[base + i]);
-      if constexpr (kAdd) t += to_float(residual[base + i]);
+      float t = to_float(x_row[i]);
+      if constexpr (kAdd) t += to_float(res_row[i]);
       sum_sq += t * t;
     }
   }
   const float scale = inv_rms(row_sum(sum_sq, partials), hidden, eps);
   if (!live) return;
+  T* out_row = out + row * out_stride;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float t = to_float(x[base + i]);
+    float t = to_float(x_row[i]);
     if constexpr (kAdd) {
-      t += to_float(residual[base + i]);
-      residual[base + i] = from_float<T>(t);
+      t += to_float(res_row[i]);
+      res_row[i] = from_float<T>(t);
     }
-    out[base + i] = from_float<T>(t * scale * to_float(weight[i]));
+    out_row[i] = from_float<T>(t * scale * to_float(weight[i]));
   }
 }
 
@@ -179,18 +185,19 @@ __global__ void __launch_bounds__(kMaxThreads)
 #if RL_HOST
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 namespace rms_norm_detail {
 
 // The kernels the launch below starts, declared (the device pass defines them).
 template <typename T, int kVecs, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_vec_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t rows, int hidden,
-                        float eps);
+    rms_norm_vec_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
+                        int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps);
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_generic_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t rows, int hidden,
-                            float eps);
+    rms_norm_generic_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
+                            int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 
@@ -199,15 +206,21 @@ inline unsigned round_up_warp(int64_t threads) { return static_cast<unsigned>(rl
 // Rows of one block: enough that a block holds at least 128 threads when a row needs fewer.
 inline unsigned rows_per_block(unsigned threads_per_row) { return std::max(1u, 128u / threads_per_row); }
 
-// esize: bytes per element (the host pass sees the half types only as incomplete declarations).
+// Row strides in elements (row_stride). esize: bytes per element (the host pass sees the half types only
+// as incomplete declarations).
+struct RowStrides {
+  int64_t out, x, residual;
+};
+
 template <bool kAdd, typename T>
-void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, int64_t rows, int64_t hidden, int64_t esize,
-                     double eps) {
+void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStrides s, int64_t rows, int64_t hidden,
+                     int64_t esize, double eps) {
   const int64_t kN = kVecBytes / esize;
   const float e = static_cast<float>(eps);
   const int h = static_cast<int>(hidden);
   const int64_t n_vec = hidden / kN;
-  const bool vec = hidden % kN == 0 && aligned16(out) && aligned16(x) && aligned16(weight) &&
+  const bool rows_aligned = hidden % kN == 0 && s.out % kN == 0 && s.x % kN == 0 && (!kAdd || s.residual % kN == 0);
+  const bool vec = rows_aligned && aligned16(out) && aligned16(x) && aligned16(weight) &&
                    (!kAdd || aligned16(residual)) && n_vec <= 4 * kMaxThreads;
   if (vec) {
     // About 256 threads per row of the benchmark width, each with 1, 2 or 4 vectors in flight.
@@ -216,15 +229,22 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, int64_t r
     const unsigned rpb = rows_per_block(tpr);
     const dim3 grid(static_cast<unsigned>(rl::cdiv(rows, rpb)));
     const dim3 block(tpr, rpb);
-    if (vecs == 1) rl::launch(rms_norm_vec_kernel<T, 1, kAdd>, grid, block, 0, out, x, residual, weight, rows, h, e);
-    else if (vecs == 2) rl::launch(rms_norm_vec_kernel<T, 2, kAdd>, grid, block, 0, out, x, residual, weight, rows, h, e);
-    else rl::launch(rms_norm_vec_kernel<T, 4, kAdd>, grid, block, 0, out, x, residual, weight, rows, h, e);
+    if (vecs == 1) {
+      rl::launch(rms_norm_vec_kernel<T, 1, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
+                 rows, h, e);
+    } else if (vecs == 2) {
+      rl::launch(rms_norm_vec_kernel<T, 2, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
+                 rows, h, e);
+    } else {
+      rl::launch(rms_norm_vec_kernel<T, 4, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
+                 rows, h, e);
+    }
     return;
   }
   const unsigned tpr = std::min<unsigned>(kMaxThreads, round_up_warp(std::min<int64_t>(hidden, kMaxThreads)));
   const unsigned rpb = rows_per_block(tpr);
   rl::launch(rms_norm_generic_kernel<T, kAdd>, dim3(static_cast<unsigned>(rl::cdiv(rows, rpb))), dim3(tpr, rpb), 0,
-             out, x, residual, weight, rows, h, e);
+             out, x, residual, weight, s.out, s.x, s.residual, rows, h, e);
 }
 
 // Shape and dtype checks both launchers share: weight is [hidden] of x's dtype. Returns hidden.
@@ -237,6 +257,28 @@ inline int64_t check_weight(const char* op, const rl::Tensor& x, const rl::Tenso
            x.describe());
   RL_CHECK(hidden <= INT32_MAX, op, ": hidden size ", hidden, " is past 2^31 - 1");
   return hidden;
+}
+
+// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous, the
+// leading dims (size-1 ones skipped) one uniform stride, rows not overlapping; x[:, :H] of [T, 2H] has 2H.
+// Any other view raises, naming the op: the kernels address row r at r * stride.
+inline int64_t row_stride(const char* op, const char* name, const rl::Tensor& t) {
+  const int64_t last = t.dim() - 1;
+  const int64_t hidden = t.size(last);
+  if (t.is_contiguous()) return hidden;
+  bool uniform = hidden == 1 || t.stride(last) == 1;
+  int64_t row = -1, expected = 0;
+  for (int64_t d = last - 1; uniform && d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (row < 0) row = t.stride(d);
+    else uniform = t.stride(d) == expected;
+    expected = t.stride(d) * t.size(d);
+  }
+  std::string strides;
+  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
+  RL_CHECK(uniform && row >= hidden, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
+           t.describe(), " with strides [", strides, "]");
+  return row;
 }
 
 }  // namespace rms_norm_detail

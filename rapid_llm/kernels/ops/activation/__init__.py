@@ -36,6 +36,7 @@ declare_op(
             golden=GoldenRecord(verified=True, max_abs_diff=0.00048828125, baseline="native/silu_and_mul",
                                 per_dtype=(("bf16", 0.0), ("fp16", 0.00048828125), ("fp32", 9.5367431640625e-07))),
             graph_safe=True,
+            layouts=("contiguous", "rows"),  # x's and out's row strides: x[:, :2I] of a [T, 4I] buffer, no copy
             description="[ROWS, BLOCK] tiles of 2048 elements, the native fp32 recipe (expf, IEEE division)",
         ),
     ],

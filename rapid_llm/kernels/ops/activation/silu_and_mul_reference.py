@@ -4,7 +4,8 @@ x is [..., 2I]; the op returns silu(x[..., :I]) * x[..., I:], shaped [..., I].
 The sizes catch the usual kernel bugs (one token, many short rows, a large
 vector-aligned row); the edge cases catch the rest: a row that is not a
 multiple of the 16-byte vector width, a view that starts mid-vector, the
-benchmark's row at T=1, leading dims, and special values in both halves.
+benchmark's row at T=1, leading dims, special values in both halves, and
+row-strided views (``x = randn(T, 2*2I)[:, :2I]``, how vLLM tests it).
 """
 from __future__ import annotations
 
@@ -65,6 +66,14 @@ def _special_rows(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.stack(rows).to(dtype=dtype, device=device)
 
 
+def _row_strided(x: torch.Tensor, width: int, gen: torch.Generator) -> torch.Tensor:
+    """``x`` as the first ``x.shape[-1]`` columns of a [..., width] buffer of other values: one row stride."""
+    buf = torch.randn((*x.shape[:-1], width), generator=gen, dtype=torch.float32).to(dtype=x.dtype, device=x.device)
+    view = buf[..., :x.shape[-1]]
+    view.copy_(x)
+    return view
+
+
 def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[tuple[str, tuple]]:
     unaligned = _gate_up(1, 2 * 256 + 1, dtype, device, gen).flatten()[1:1 + 2 * 512].view(2, 2 * 256)
     return [
@@ -75,6 +84,12 @@ def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -
         ("unaligned start (storage offset 1), [2, 512]", (unaligned,)),
         ("leading dims [2, 3, 2*136]", (_gate_up(6, 136, dtype, device, gen).view(2, 3, 272),)),
         ("special values", (_special_rows(dtype, device),)),
+        ("T=3, I=1024, row stride 4I (x = randn(T, 2*2I)[:, :2I], vLLM's strided case)",
+         (_row_strided(_gate_up(3, 1024, dtype, device, gen), 4 * 1024, gen),)),
+        ("T=4, I=1024, row stride 2*2I + 1 (rows off the 16-byte grid)",
+         (_row_strided(_gate_up(4, 1024, dtype, device, gen), 2 * 1024 + 1, gen),)),
+        ("leading dims [2, 3, 2*136], rows of [2, 3, 4*136]",
+         (_row_strided(_gate_up(6, 136, dtype, device, gen).view(2, 3, 272), 4 * 136, gen),)),
     ]
 
 

@@ -1,7 +1,9 @@
 """Triton silu_and_mul: out = silu(x[..., :I]) * x[..., I:], one [ROWS, BLOCK] tile per program.
 
 Runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1`` (how CI
-checks this row for real without a GPU).
+checks this row for real without a GPU). x and out are addressed through their
+row strides (spec.row_stride), so ``x = randn(T, 4I)[:, :2I]`` (vLLM's strided
+case) runs without a copy; the row declares layouts ("contiguous", "rows").
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from rapid_llm.kernels.spec import row_stride
+
 #: Elements per program: a long row is split in BLOCK-wide chunks, short rows are stacked ROWS high.
 TILE = 2048
 MAX_BLOCK = 2048
@@ -17,13 +21,13 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
-def _silu_and_mul_kernel(out_ptr, x_ptr, tokens, inner, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                         LIBDEVICE: tl.constexpr):
+def _silu_and_mul_kernel(out_ptr, x_ptr, tokens, inner, x_stride, out_stride, ROWS: tl.constexpr,
+                         BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = (rows < tokens) & (cols < inner)
-    # int64 offsets: tokens * 2I can pass 2^31 elements.
-    a_ptrs = x_ptr + rows * (2 * inner) + cols
+    # int64 offsets: tokens * row stride can pass 2^31 elements.
+    a_ptrs = x_ptr + rows * x_stride + cols
     a = tl.load(a_ptrs, mask=mask).to(tl.float32)
     b = tl.load(a_ptrs + inner, mask=mask).to(tl.float32)
     # The native row's fp32 recipe: a / (1 + exp(-a)) with an accurate expf and IEEE division (tl's "/"
@@ -35,7 +39,15 @@ def _silu_and_mul_kernel(out_ptr, x_ptr, tokens, inner, ROWS: tl.constexpr, BLOC
     else:
         e = tl.exp(-(a.to(tl.float64))).to(tl.float32)
     y = tl.math.div_rn(a, 1.0 + e) * b
-    tl.store(out_ptr + rows * inner + cols, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+    tl.store(out_ptr + rows * out_stride + cols, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+
+
+def _row_stride(name: str, t: torch.Tensor) -> int:
+    stride = row_stride(t)
+    if stride is None:
+        raise ValueError(f"silu_and_mul: {name} must have a contiguous last dim and one row stride, got a strided "
+                         f"view {list(t.shape)} with strides {list(t.stride())}")
+    return stride
 
 
 def _check(x: torch.Tensor, out: torch.Tensor | None) -> int:
@@ -47,8 +59,6 @@ def _check(x: torch.Tensor, out: torch.Tensor | None) -> int:
         raise ValueError(f"silu_and_mul: the last dim of x must be even (x is [..., 2I]), got {tuple(x.shape)}")
     if x.dtype not in _DTYPES:
         raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
-    if not x.is_contiguous() or (out is not None and not out.is_contiguous()):
-        raise ValueError("silu_and_mul: contiguous tensors only")
     inner = two_i // 2
     if out is not None:
         want = (*x.shape[:-1], inner)
@@ -69,11 +79,13 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     inner = _check(x, out)
     if out is None:
         out = torch.empty((*x.shape[:-1], inner), dtype=x.dtype, device=x.device)
+    x_stride, out_stride = _row_stride("x", x), _row_stride("out", out)
     if out.numel() == 0:
         return out
     tokens = out.numel() // inner
     block = min(triton.next_power_of_2(inner), MAX_BLOCK)
     rows = max(1, TILE // block)
     grid = (triton.cdiv(tokens, rows), triton.cdiv(inner, block))
-    _silu_and_mul_kernel[grid](out, x, tokens, inner, ROWS=rows, BLOCK=block, LIBDEVICE=x.is_cuda)
+    _silu_and_mul_kernel[grid](out, x, tokens, inner, x_stride, out_stride, ROWS=rows, BLOCK=block,
+                               LIBDEVICE=x.is_cuda)
     return out

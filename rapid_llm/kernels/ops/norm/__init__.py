@@ -36,6 +36,7 @@ def _rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
             golden=GoldenRecord(verified=True, max_abs_diff=_TRITON_PER_DTYPE[0][1], baseline=f"native/{op}",
                                 per_dtype=_TRITON_PER_DTYPE),
             graph_safe=True,
+            layouts=("contiguous", "rows"),  # each tensor's own row stride: x[:, :H] of a [T, 2H] buffer, no copy
             description=triton_doc,
         ),
     ]

@@ -4,7 +4,8 @@ The op works in place, so ``call`` runs a row on copies of x and residual
 (keeping their alignment: an unaligned case stays unaligned) and returns both
 results, residual then x, flattened into one tensor; the oracle returns the
 same concatenation computed in float64 from the inputs. Inputs and edge cases
-are rms_norm's (rms_norm_reference) with a residual beside x.
+are rms_norm's (rms_norm_reference) with a residual beside x; the row-strided
+ones add a residual with a row stride of its own, both written in place.
 
 The oracle normalises the exact sum, like a row that normalises its fp32 sum;
 a row that normalised the rounded residual instead would sit up to one more
@@ -35,6 +36,12 @@ def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -
     x = rms.randn((4, 4096), dtype, device, gen)
     cases.append(("[4, 4096] residual = -x (the sum cancels to zero)", (x, -x, rms.make_weight(4096, dtype, device, gen),
                                                                          EPS)))
+    # The residual's own row stride: 16-byte aligned for x's aligned and unaligned strides, then off the grid
+    # under an aligned x (each operand decides the vector path).
+    widths = (6144, 1032, 525)
+    for (label, (x, weight, eps)), width in zip(rms.strided_cases(dtype, device, gen), widths, strict=True):
+        residual = rms.row_strided(rms.randn(tuple(x.shape), dtype, device, gen, 2.0), width, gen)
+        cases.append((f"{label}, residual row stride {width}", (x, residual, weight, eps)))
     big = rms.randn((4, 4096), dtype, device, gen, 300.0)
     cases.append(("[4, 4096] residual 300x larger than x (the sum rounds)",
                   (rms.randn((4, 4096), dtype, device, gen), big, rms.make_weight(4096, dtype, device, gen), EPS)))

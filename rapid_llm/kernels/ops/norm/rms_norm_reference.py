@@ -5,7 +5,10 @@ past 8192 is ``n // 4096`` tokens of the benchmark's hidden size 4096, any
 other size is one token of hidden ``n`` (4097: a tail past every vector width).
 The edge cases add what those miss: several rows of an odd hidden size, a
 hidden size too small for a full warp, one beyond what a CUDA row keeps in
-registers, an unaligned start, leading dims, a larger eps, special rows.
+registers, an unaligned start, leading dims, a larger eps, special rows, and
+row-strided views (``x = randn(T, 2H)[:, :H]``, how vLLM and FlashInfer test
+their norms), whose rows a row must read at the stride and whose gaps it must
+not touch.
 
 Tolerance: ``ulps = 4``. A half-type row rounds once from fp32, half an ulp of
 its dtype, far inside that. An fp32 row has no final rounding to hide its fp32
@@ -57,6 +60,15 @@ def unaligned(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def row_strided(t: torch.Tensor, width: int, gen: torch.Generator) -> torch.Tensor:
+    """``t`` as the first ``t.shape[-1]`` columns of a [..., width] buffer of other random values: one row
+    stride (``width``) over a contiguous last dim, like ``randn(T, 2H)[:, :H]``."""
+    buf = randn((*t.shape[:-1], width), t.dtype, t.device, gen, 3.0)
+    view = buf[..., :t.shape[-1]]
+    view.copy_(t)
+    return view
+
+
 def special_rows(hidden: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
     """Rows that probe the arithmetic: all zeros (the output is 0, eps keeps it finite), values near fp16's
     maximum (their squares overflow a half type but not fp32), tiny values (eps dominates), a NaN and an
@@ -94,6 +106,20 @@ def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -
         ("[4, 256] eps 0.1 on small values", (randn((4, 256), dtype, device, gen, 0.1),
                                               make_weight(256, dtype, device, gen), 0.1)),
         ("special rows [6, 1024]", (special_rows(1024, dtype, device, gen), make_weight(1024, dtype, device, gen), EPS)),
+        *strided_cases(dtype, device, gen),
+    ]
+
+
+def strided_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[tuple[str, tuple]]:
+    """Row-strided x: the layout a ("contiguous", "rows") row takes (fused_add_rms_norm reuses these)."""
+    def case(shape: tuple[int, ...], width: int) -> tuple:
+        x = row_strided(randn(shape, dtype, device, gen, 2.0), width, gen)
+        return (x, make_weight(shape[-1], dtype, device, gen), EPS)
+
+    return [
+        ("[5, 4096] row stride 8192 (x = randn(T, 2H)[:, :H], vLLM's strided case)", case((5, 4096), 8192)),
+        ("[3, 1024] row stride 1025 (rows off the 16-byte grid)", case((3, 1024), 1025)),
+        ("[2, 3, 520] rows of [2, 3, 1040] (leading dims, one row stride)", case((2, 3, 520), 1040)),
     ]
 
 
