@@ -154,7 +154,6 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __rest
 
 #if RL_HOST
 #include <algorithm>
-#include <string>
 
 // The kernels this launcher starts, declared (the device pass defines them).
 template <typename T, int kPerThread>
@@ -166,27 +165,6 @@ __global__ void silu_and_mul_scalar_kernel(T* __restrict__ out, const T* __restr
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 
-// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous, the
-// leading dims (size-1 ones skipped) one uniform stride, rows not overlapping; x[:, :2I] of [T, 4I] has 4I.
-// Any other view raises, naming the op: the kernels address row r at r * stride.
-inline int64_t row_stride(const char* op, const char* name, const rl::Tensor& t) {
-  const int64_t last = t.dim() - 1;
-  const int64_t width = t.size(last);
-  if (t.is_contiguous()) return width;
-  bool uniform = width == 1 || t.stride(last) == 1;
-  int64_t row = -1, expected = 0;
-  for (int64_t d = last - 1; uniform && d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (row < 0) row = t.stride(d);
-    else uniform = t.stride(d) == expected;
-    expected = t.stride(d) * t.size(d);
-  }
-  std::string strides;
-  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
-  RL_CHECK(uniform && row >= width, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
-           t.describe(), " with strides [", strides, "]");
-  return row;
-}
 
 inline int64_t next_pow2(int64_t v) {
   int64_t p = 1;
@@ -205,8 +183,8 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
            " for x ", x.describe());
   RL_CHECK(out.dtype() == x.dtype(), "silu_and_mul: out and x must have one dtype, got out ", out.describe(),
            " and x ", x.describe());
-  const int64_t x_stride = row_stride("silu_and_mul", "x", x);  // an empty tensor passes: torch calls it contiguous
-  const int64_t out_stride = row_stride("silu_and_mul", "out", out);
+  const int64_t x_stride = rl::row_stride("silu_and_mul", "x", x);  // an empty tensor passes: torch calls it contiguous
+  const int64_t out_stride = rl::row_stride("silu_and_mul", "out", out);
   rl::check_cuda("silu_and_mul", {out, x});
 
   // Step 2: extract. An empty tensor launches nothing.

@@ -173,6 +173,10 @@ class Tensor {
 void check_cuda(const char* op, std::initializer_list<Tensor> tensors);        // CUDA, one device
 void check_contiguous(const char* op, std::initializer_list<Tensor> tensors);  // row-major, no gaps
 void check_same(const char* op, const Tensor& a, const Tensor& b);             // shape and dtype
+// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous,
+// the leading dims (size-1 ones skipped) one uniform stride, rows not overlapping (x[:, :H] of [T, 2H]
+// has 2H; a contiguous t has its last dim). Any other view raises, naming the op and the argument.
+int64_t row_stride(const char* op, const char* name, const Tensor& t);
 
 template <typename T> struct type_tag { using type = T; };
 

@@ -213,6 +213,25 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
            b.describe());
 }
 
+int64_t row_stride(const char* op, const char* name, const Tensor& t) {
+  const int64_t last = t.dim() - 1;
+  const int64_t width = t.size(last);
+  if (t.is_contiguous()) return width;
+  bool uniform = width == 1 || t.stride(last) == 1;
+  int64_t row = -1, expected = 0;
+  for (int64_t d = last - 1; uniform && d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (row < 0) row = t.stride(d);
+    else uniform = t.stride(d) == expected;
+    expected = t.stride(d) * t.size(d);
+  }
+  std::string strides;
+  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
+  RL_CHECK(uniform && row >= width, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
+           t.describe(), " with strides [", strides, "]");
+  return row;
+}
+
 cudaStream_t current_stream() {
   return current_call ? static_cast<cudaStream_t>(current_call->stream) : nullptr;
 }

@@ -18,9 +18,9 @@ void fused_add_rms_norm(rl::Tensor x, rl::Tensor residual, rl::Tensor weight, do
   const int64_t n = x.numel();
   if (n == 0) return;  // before the layout check: torch calls any empty tensor contiguous, whatever its strides
   rl::check_contiguous("fused_add_rms_norm", {weight});
-  const int64_t x_stride = rms_norm_detail::row_stride("fused_add_rms_norm", "x", x);
+  const int64_t x_stride = rl::row_stride("fused_add_rms_norm", "x", x);
   const rms_norm_detail::RowStrides strides{x_stride, x_stride,
-                                            rms_norm_detail::row_stride("fused_add_rms_norm", "residual", residual)};
+                                            rl::row_stride("fused_add_rms_norm", "residual", residual)};
 
   // Step 3: launch on torch's current stream; rl::launch checks every launch. x is read, then overwritten.
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, "fused_add_rms_norm", [&](auto tag) {

@@ -115,7 +115,6 @@ __global__ void __launch_bounds__(kMaxThreads)
 #if RL_HOST
 #include <algorithm>
 #include <cstdint>
-#include <string>
 
 template <typename T, int kVecs>
 __global__ void __launch_bounds__(kMaxThreads)
@@ -129,27 +128,6 @@ __global__ void __launch_bounds__(kMaxThreads)
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 inline unsigned round_up_warp(int64_t threads) { return static_cast<unsigned>(rl::cdiv(threads, 32) * 32); }
 
-// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous, the
-// leading dims (size-1 ones skipped) one uniform stride, rows not overlapping; x[:, :H] of [T, 2H] has 2H.
-// Any other view raises, naming the op: the kernels address row r at r * stride.
-inline int64_t row_stride(const char* op, const char* name, const rl::Tensor& t) {
-  const int64_t last = t.dim() - 1;
-  const int64_t hidden = t.size(last);
-  if (t.is_contiguous()) return hidden;
-  bool uniform = hidden == 1 || t.stride(last) == 1;
-  int64_t row = -1, expected = 0;
-  for (int64_t d = last - 1; uniform && d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (row < 0) row = t.stride(d);
-    else uniform = t.stride(d) == expected;
-    expected = t.stride(d) * t.size(d);
-  }
-  std::string strides;
-  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
-  RL_CHECK(uniform && row >= hidden, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
-           t.describe(), " with strides [", strides, "]");
-  return row;
-}
 
 void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
   // Step 1: validate.
@@ -167,8 +145,8 @@ void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
   const int64_t n = x.numel();
   if (n == 0) return;
   rl::check_contiguous("rms_norm", {weight});
-  const int64_t x_stride = row_stride("rms_norm", "x", x);
-  const int64_t out_stride = row_stride("rms_norm", "out", out);
+  const int64_t x_stride = rl::row_stride("rms_norm", "x", x);
+  const int64_t out_stride = rl::row_stride("rms_norm", "out", out);
   const int64_t rows = n / hidden;
   const int h = static_cast<int>(hidden);
   const float e = static_cast<float>(eps);

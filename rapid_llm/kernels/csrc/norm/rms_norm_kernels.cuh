@@ -10,7 +10,7 @@
 // One token row per thread row of the block (threadIdx.y), blockDim.x threads across
 // the hidden dim (a multiple of 32: a warp never spans two rows). A row is memory
 // bound: hidden 4096 bf16 is 8 KiB, read once and written once. Each of out, x and
-// residual is addressed at its own row stride (in elements; see row_stride below), so a
+// residual is addressed at its own row stride (in elements; rl::row_stride), so a
 // slice x[:, :H] of a [T, 2H] buffer runs without a copy.
 //  - Vector path (hidden and every row stride a multiple of the 16-byte vector, every
 //    pointer 16-byte aligned, so every row starts on a vector): the row stays in
@@ -185,7 +185,6 @@ __global__ void __launch_bounds__(kMaxThreads)
 #if RL_HOST
 #include <algorithm>
 #include <cstdint>
-#include <string>
 
 namespace rms_norm_detail {
 
@@ -206,7 +205,7 @@ inline unsigned round_up_warp(int64_t threads) { return static_cast<unsigned>(rl
 // Rows of one block: enough that a block holds at least 128 threads when a row needs fewer.
 inline unsigned rows_per_block(unsigned threads_per_row) { return std::max(1u, 128u / threads_per_row); }
 
-// Row strides in elements (row_stride). esize: bytes per element (the host pass sees the half types only
+// Row strides in elements (rl::row_stride). esize: bytes per element (the host pass sees the half types only
 // as incomplete declarations).
 struct RowStrides {
   int64_t out, x, residual;
@@ -257,28 +256,6 @@ inline int64_t check_weight(const char* op, const rl::Tensor& x, const rl::Tenso
            x.describe());
   RL_CHECK(hidden <= INT32_MAX, op, ": hidden size ", hidden, " is past 2^31 - 1");
   return hidden;
-}
-
-// The distance in elements between the rows of t viewed as [rows, t.size(-1)]: the last dim contiguous, the
-// leading dims (size-1 ones skipped) one uniform stride, rows not overlapping; x[:, :H] of [T, 2H] has 2H.
-// Any other view raises, naming the op: the kernels address row r at r * stride.
-inline int64_t row_stride(const char* op, const char* name, const rl::Tensor& t) {
-  const int64_t last = t.dim() - 1;
-  const int64_t hidden = t.size(last);
-  if (t.is_contiguous()) return hidden;
-  bool uniform = hidden == 1 || t.stride(last) == 1;
-  int64_t row = -1, expected = 0;
-  for (int64_t d = last - 1; uniform && d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (row < 0) row = t.stride(d);
-    else uniform = t.stride(d) == expected;
-    expected = t.stride(d) * t.size(d);
-  }
-  std::string strides;
-  for (int64_t d = 0; d <= last; ++d) strides += (d ? ", " : "") + std::to_string(t.stride(d));
-  RL_CHECK(uniform && row >= hidden, op, ": ", name, " must have a contiguous last dim and one row stride, got ",
-           t.describe(), " with strides [", strides, "]");
-  return row;
 }
 
 }  // namespace rms_norm_detail
