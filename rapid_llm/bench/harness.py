@@ -166,15 +166,29 @@ def rotation_sets(set_bytes: int, l2: int) -> int:
     return min(MAX_ROTATION_SETS, math.ceil(COLD_FACTOR * l2 / set_bytes))
 
 
+def clone_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides and its storage offset modulo 16 bytes: a view (``buf[:, :H]``, a
+    transpose, an unaligned start) stays that view, so a kernel is timed on the layout it was given and
+    takes the same code path (``Tensor.clone`` makes any view dense and aligned)."""
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return t.clone()
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+    pad = t.storage_offset() % max(1, 16 // t.element_size())
+    base = torch.empty(span + pad, dtype=t.dtype, device=t.device)
+    out = base.as_strided(t.shape, t.stride(), pad)
+    out.copy_(t)
+    return out
+
+
 def _clone_set(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Fresh copies of every tensor argument; aliasing between arguments is kept."""
+    """Fresh copies of every tensor argument, each with its layout; aliasing between arguments is kept."""
     memo: dict[int, torch.Tensor] = {}
 
     def fresh(a: Any) -> Any:
         if not isinstance(a, torch.Tensor):
             return a
         if id(a) not in memo:
-            memo[id(a)] = a.clone()
+            memo[id(a)] = clone_layout(a)
         return memo[id(a)]
 
     return tuple(fresh(a) for a in args), {k: fresh(v) for k, v in kwargs.items()}

@@ -123,3 +123,20 @@ def test_gpu_stateful_and_host():
     assert float(buf.max()) <= 1.0  # the first set was reset before each of its calls
     h = bench_host(torch.mul, buf, 2.0, n=50, rounds=3)
     assert h.kind == "host"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(6, 16)[:, :8],                      # a row-strided slice
+    lambda: torch.randn(8, 6).t(),                          # a transpose
+    lambda: torch.randn(33)[1:],                            # an unaligned start
+    lambda: torch.randn(4, 8),                              # dense
+    lambda: torch.randn(0, 8)[:, :4],                       # empty
+], ids=["rows", "transposed", "offset", "dense", "empty"])
+def test_rotation_copies_keep_each_arguments_layout(make):
+    from rapid_llm.bench.harness import clone_layout
+
+    t = make()
+    c = clone_layout(t)
+    assert c.shape == t.shape and c.stride() == t.stride() and torch.equal(c, t)
+    assert c.storage_offset() * c.element_size() % 16 == t.storage_offset() * t.element_size() % 16
+    assert c.numel() == 0 or c.data_ptr() != t.data_ptr()
