@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # After the shipped rows change: re-measure and re-render what depends on them, on a CUDA machine,
 # from the project root:
-#   1. notebook 01 builds, verifies and promotes scale_vec (the shipped jit/scale becomes it);
+#   1. notebook 01 builds, verifies and promotes scale_vec (into a scratch copy of the package: the
+#      tutorials never change the checkout; to ship a cell, call promote() yourself);
 #   2. benchmarks/bench_op.py re-measures every row of scale and rewrites the committed results;
 #   3. the five notebooks are executed with those figures, then checked with strict nbval;
 #   4. explain on the GPU, with the default store and with an empty one (the same row must win);
@@ -14,13 +15,12 @@ export PYTHONUNBUFFERED=1 RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d
 log="$out/gpu_run.log"
 say() { echo "=== $*" | tee -a "$log"; }
 say "notebook 01 (promote)"; python scripts/run_notebooks.py notebooks/01_add_jit_kernel.ipynb 2>&1 | grep -v WARNING | tee -a "$log"
-head -c 400 rapid_llm/kernels/csrc/elementwise/scale.cu | tee -a "$log"; echo | tee -a "$log"
 say "bench_op scale"; python benchmarks/bench_op.py scale --out benchmarks/results/scale_nvidia_h200.json 2>&1 | tee -a "$log"
 say "notebooks (a fresh build cache, so the stored outputs show real build times)"
 nb_cache=$(mktemp -d -t rapid_llm_nb_XXXX)
 RAPID_LLM_CACHE_DIR=$nb_cache python -c "from rapid_llm.kernels.fastpath.builder import warm; warm()"
 RAPID_LLM_CACHE_DIR=$nb_cache python scripts/run_notebooks.py notebooks/0*.ipynb 2>&1 | grep -v WARNING | tee -a "$log"
-cp notebooks/0*.ipynb rapid_llm/kernels/csrc/elementwise/scale.cu benchmarks/results/scale_nvidia_h200.json "$out"/
+cp notebooks/0*.ipynb benchmarks/results/scale_nvidia_h200.json "$out"/
 say "nbval"; python -m pytest --nbval notebooks -q -p no:cacheprovider 2>&1 | tail -5 | tee -a "$log"
 say "explain"; python - <<'PY' 2>&1 | tee -a "$log"
 import os, subprocess, sys, tempfile
