@@ -155,8 +155,5 @@ def write_results(op: str, results: Sequence[OpMeasurement], device: torch.devic
                                              **stored_figures(m.result), **extra)
         doc["entries"][key] = entry
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    tmp.replace(out)
+    platform.write_atomic(out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return out

@@ -176,12 +176,9 @@ def _verification_path(digest: str) -> Path:
 
 def remember_verification(digest: str, golden: GoldenRecord) -> None:
     """Keep a passing verification of a source (keyed by its digest) across kernel restarts."""
-    path = _verification_path(digest)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{id(golden)}")
-    tmp.write_text(json.dumps({"digest": digest, "max_abs_diff": golden.max_abs_diff, "baseline": golden.baseline,
-                               "per_dtype": [list(p) for p in golden.per_dtype]}))
-    tmp.replace(path)
+    platform.write_atomic(_verification_path(digest), json.dumps({
+        "digest": digest, "max_abs_diff": golden.max_abs_diff, "baseline": golden.baseline,
+        "per_dtype": [list(p) for p in golden.per_dtype]}))
 
 
 def recall_verification(digest: str) -> GoldenRecord | None:

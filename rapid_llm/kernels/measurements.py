@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -167,15 +166,7 @@ def _committed_for(device_name: str) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    platform.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
     with _lock:
         _loaded.pop(path, None)
     _changed()
