@@ -1,7 +1,7 @@
 """LLM ops over token counts: every row against torch.compile of the native row, in one process.
 
     python benchmarks/bench_llm_ops.py [--ops rms_norm silu_and_mul ...] [--tokens 1 16 4096 16384]
-                                       [--dtype bf16] [--results benchmarks/results]
+                                       [--dtype bf16] [--results rapid_llm/kernels/results]
 
 For each op that declares ``token_numel`` and each token count T, on the op's
 bench case (the shapes its declaration names):
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--results", help="write each op's row figures to this folder (benchmarks/results)")
+    parser.add_argument("--results", help="write each op's row figures to this folder (rapid_llm/kernels/results)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_llm_ops: needs a CUDA device (torch.compile and the JIT rows are timed on the GPU)")

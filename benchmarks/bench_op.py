@@ -1,14 +1,14 @@
 """Benchmark one op through bench_op: every row that can run here, cold L2, against the copy roofline.
 
     python benchmarks/bench_op.py OP [--sizes 1024 1048576] [--dtypes bf16 fp32] [--rows native/scale ...]
-                                     [--record] [--out benchmarks/results/<op>_<gpu>.json]
+                                     [--record] [--out rapid_llm/kernels/results/<op>_<gpu>.json]
     python benchmarks/bench_op.py --check-harness
 
 Each row is called through its KernelSpec target on the op's declared bench
 case (never through dispatch, so each figure is the row itself); bytes moved
 come from the case, and the copy roofline is measured by the same harness.
 Rows that cannot run here are listed with the reason. --out writes the
-figures as a results file that, committed under benchmarks/results/, ranks
+figures as a results file that, committed under rapid_llm/kernels/results/ (package data), ranks
 rows on every machine of this GPU kind.
 
 The figures are printed, not recorded, unless --record: this process's
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--graph", action="store_true", help="time through CUDA graphs (no launch overhead)")
     parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=False,
                         help="keep the medians in the local store (ranked by only with RAPID_LLM_LOCAL_MEASUREMENTS=1)")
-    parser.add_argument("--out", type=Path, help="write the figures as a results file (for benchmarks/results/)")
+    parser.add_argument("--out", type=Path, help="write the figures as a results file (for rapid_llm/kernels/results/)")
     parser.add_argument("--check-harness", action="store_true", help="cold-L2 and run-to-run spread checks only")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -3,11 +3,11 @@
 #
 #   scripts/gpu_validate.sh OUTDIR tests   # the whole test suite (JIT rows, magic builds, capture)
 #   scripts/gpu_validate.sh OUTDIR jit     # build times, fast path against torch's loader (JSON for
-#                                          # benchmarks/results/), and the per-call cost of both
-#   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for benchmarks/results/),
+#                                          # rapid_llm/kernels/results/), and the per-call cost of both
+#   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for rapid_llm/kernels/results/),
 #                                          # harness checks, dispatch overhead, widget PNGs for docs/
 #   scripts/gpu_validate.sh OUTDIR llm     # the LLM ops over tokens against torch.compile (JSON for
-#                                          # benchmarks/results/, the log for benchmarks/results/logs/)
+#                                          # rapid_llm/kernels/results/, the log for benchmarks/results/logs/)
 #   scripts/gpu_validate.sh OUTDIR checks  # verify's defect kernels, the sanitizer, strided dispatch, a kernel's
 #                                          # printf in its cell, SASS in inspect(), profile() under ncu,
 #                                          # occupancy against the driver, notebook 08, dispatch overhead
@@ -43,13 +43,13 @@ case $stage in
     step bench_call python benchmarks/jit/bench_call.py
     ;;
   bench)
-    step bench_scale python benchmarks/bench_op.py scale --out benchmarks/results/scale_nvidia_h200.json
+    step bench_scale python benchmarks/bench_op.py scale --out rapid_llm/kernels/results/scale_nvidia_h200.json
     step check_harness python benchmarks/bench_op.py --check-harness
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
-    step widgets python -m rapid_llm.notebook.widgets docs/img --results benchmarks/results/scale_nvidia_h200.json
+    step widgets python -m rapid_llm.notebook.widgets docs/img --results rapid_llm/kernels/results/scale_nvidia_h200.json
     ;;
   llm)
-    step llm_ops python benchmarks/bench_llm_ops.py --results benchmarks/results
+    step llm_ops python benchmarks/bench_llm_ops.py --results rapid_llm/kernels/results
     ;;
   checks)
     step strided python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_dispatch.py -k "strided and cuda"

@@ -139,7 +139,7 @@ def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult, host_us: 
 
 
 def write_results(op: str, results: Sequence[OpMeasurement], device: torch.device | str, out: str | Path) -> Path:
-    """Write ``results`` as a results file: the format of ``benchmarks/results/*.json``, which plots read and,
+    """Write ``results`` as a results file: the format of ``rapid_llm/kernels/results/*.json``, which plots read and,
     committed there, ranks rows on every machine of this GPU kind."""
     from rapid_llm.bench.harness import copy_roofline, l2_bytes
 

@@ -2,7 +2,7 @@
 
 Three sources, each named in ``explain``:
 
-- **committed**: ``benchmarks/results/*.json`` of the project, for this GPU kind.
+- **committed**: ``rapid_llm/kernels/results/*.json``, shipped with the package, for this GPU kind.
   Dispatch ranks by these by default, so every machine of one GPU kind picks
   the same row whatever its user benchmarked.
 - **session**: figures ``bench_op(..., record=True)`` measured in this process.
@@ -134,26 +134,18 @@ def load(device_name: str) -> dict[str, Any]:
     return _cached_file(results_path(device_name)) or {"device": device_name, "entries": {}}
 
 
-def committed_for(op: str, start: str | os.PathLike | None = None) -> Path | None:
+def committed_for(op: str) -> Path | None:
     """The first committed results file that holds figures of ``op``, or None."""
-    for path in committed_results(start):
+    for path in committed_results():
         if any(e.get("op") == op for e in load_file(path)["entries"].values()):
             return path
     return None
 
 
-def committed_results(start: str | os.PathLike | None = None) -> list[Path]:
-    """Results files committed under ``benchmarks/results/`` of the project.
-
-    The project root is found from ``start`` (default: the working directory),
-    then from the package's own location, so a notebook opened anywhere inside
-    a checkout finds them.
-    """
-    for origin in (start, None, platform.PACKAGE_DIR):
-        root = platform.project_root(origin)
-        if root is not None and (root / "benchmarks" / "results").is_dir():
-            return sorted((root / "benchmarks" / "results").glob("*.json"))
-    return []
+def committed_results() -> list[Path]:
+    """The results files the package ships (rapid_llm.kernels.platform.RESULTS): the same in a checkout and
+    in an installed wheel, whatever the working directory."""
+    return sorted(platform.RESULTS.glob("*.json"))
 
 
 def _committed_for(device_name: str) -> list[tuple[Path, dict[str, Any]]]:

@@ -294,7 +294,7 @@ class BenchPlot(_View):
 
     By default it shows the figures dispatch ranks this machine's rows by
     (rapid_llm.kernels.measurements.ranked_entries): this session's, the
-    local store's only when opted in, then the committed ``benchmarks/results``
+    local store's only when opted in, then the committed ``rapid_llm/kernels/results``
     of this device kind, each figure named by its source. So a plot never
     shows what does not decide dispatch, such as the local store written by
     an earlier run. Where nothing ranks rows here (a machine without the

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rapid_llm.bench import bench_op
-from rapid_llm.kernels import measurements, spec
+from rapid_llm.kernels import measurements, platform, spec
 from rapid_llm.kernels.dispatch import explain, resolve
 from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
@@ -88,12 +88,14 @@ def test_unreadable_results_file_says_what_to_do(tmp_path):
         measurements.load_file(bad)
 
 
-def test_committed_results_are_found_from_a_subfolder(tmp_path):
-    (tmp_path / "pyproject.toml").write_text("")
+def test_the_shipped_figures_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    shipped = measurements.committed_results()
+    assert shipped and all(p.parent == platform.RESULTS for p in shipped)  # package data
+    (tmp_path / "pyproject.toml").write_text("")  # another project, with figures of its own
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "gpu.json").write_text("{}")
-    (tmp_path / "notebooks").mkdir()
-    assert measurements.committed_results(tmp_path / "notebooks") == [tmp_path / "benchmarks" / "results" / "gpu.json"]
+    monkeypatch.chdir(tmp_path)
+    assert measurements.committed_results() == shipped
 
 
 def test_measured_latency_orders_rows_and_unmeasured_loses(prio_rows):
@@ -137,12 +139,11 @@ def test_local_store_ranks_only_when_opted_in_and_committed_figures_rank_by_defa
         assert explain("prio", dtype="fp32", device="cpu", numel=4096).verdict(a).source.startswith("local store")
     finally:
         measurements.use_local(None)
-    root = tmp_path / "project"
-    (root / "benchmarks" / "results").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("")
+    root = tmp_path / "shipped"
+    root.mkdir()
     key, entry = measurements.make_entry("prio", native, "fp32", 4096, 1.0)
-    (root / "benchmarks" / "results" / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": {key: entry}}))
-    monkeypatch.chdir(root)
+    (root / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": {key: entry}}))
+    monkeypatch.setattr(platform, "RESULTS", root)
     measurements.use_local(None)  # a policy change clears dispatch's cache
     ex = explain("prio", dtype="fp32", device="cpu", numel=4096)
     assert ex.chosen.name == native and ex.chosen.source == "committed cpu.json"
@@ -152,12 +153,11 @@ def test_local_store_ranks_only_when_opted_in_and_committed_figures_rank_by_defa
 def test_ranked_entries_are_the_figures_lookup_picks(prio_rows, tmp_path, monkeypatch):
     """What plots show: per row and size the first source with a figure within NEAREST_BUCKETS, as dispatch."""
     native, a, b = prio_rows
-    root = tmp_path / "project"
-    (root / "benchmarks" / "results").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("")
+    root = tmp_path / "shipped"
+    root.mkdir()
     committed = dict(measurements.make_entry("prio", a, "fp32", n, us) for n, us in ((1024, 1.0), (1 << 16, 2.0)))
-    (root / "benchmarks" / "results" / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": committed}))
-    monkeypatch.chdir(root)
+    (root / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": committed}))
+    monkeypatch.setattr(platform, "RESULTS", root)
     measurements.record("prio", a, "cpu", "fp32", 1 << 20, 9.0)  # an earlier run's local store
     measurements._session.clear()
     measurements.record("prio", a, "cpu", "fp32", 2048, 3.0)     # this session, next to the committed 1024

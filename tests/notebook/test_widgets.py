@@ -23,6 +23,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # no project root above: no committed results unless a test makes some
     monkeypatch.setattr(measurements.platform, "PACKAGE_DIR", tmp_path / "pkg")
+    monkeypatch.setattr(measurements.platform, "RESULTS", tmp_path / "results")  # the shipped figures: none
     before = {r.name: r for r in spec.rows_for("scale")}
     yield tmp_path
     for row in before.values():
@@ -104,15 +105,14 @@ def test_bench_plot_explains_a_row_by_its_profile_too(tmp_path):
 
 def test_bench_plot_falls_back_to_committed_results_with_gpu_and_date(isolated, monkeypatch):
     root = isolated / "project"
-    (root / "benchmarks" / "results").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("")
+    (isolated / "results").mkdir()
     entry = {"op": "scale", "row": "jit/scale", "dtype": "bf16", "bucket": 29, "numel": 1 << 28,
              "median_us": 349.0, "gbps": 1538.0, "roofline_fraction": 0.37, "measured_at": "2026-11-30T10:00:00Z"}
     doc = {"device": "NVIDIA H200", "entries": {"scale|jit/scale|bf16|29": entry},
            "meta": {"copy_roofline_gbps": 4184.0, "measured_at": "2026-11-30T10:00:00Z"}}
-    (root / "benchmarks" / "results" / "nvidia_h200.json").write_text(json.dumps(doc))
-    (root / "notebooks").mkdir()
-    monkeypatch.chdir(root / "notebooks")
+    (isolated / "results" / "nvidia_h200.json").write_text(json.dumps(doc))
+    (root / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(root / "notebooks")  # any working directory: the shipped figures are the package's
     monkeypatch.setattr(widgets, "_current_device_name", lambda: "cpu")
     plot = widgets.bench_plot("scale")
     assert plot.title() == ("scale: NVIDIA H200, measured 2026-11-30 (committed nvidia_h200.json; "
@@ -121,11 +121,11 @@ def test_bench_plot_falls_back_to_committed_results_with_gpu_and_date(isolated, 
 
 
 def _committed(root, device, *entries):
-    (root / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
-    (root / "pyproject.toml").write_text("")
+    """Figures the package ships (the isolated fixture points platform.RESULTS at root/results)."""
+    (root / "results").mkdir(parents=True, exist_ok=True)
     doc = {"device": device, "entries": dict(measurements.make_entry("scale", *e) for e in entries),
            "meta": {"copy_roofline_gbps": 30.0, "measured_at": "2026-11-30T10:00:00Z"}}
-    (root / "benchmarks" / "results" / f"scale_{device}.json").write_text(json.dumps(doc))
+    (root / "results" / f"scale_{device}.json").write_text(json.dumps(doc))
 
 
 def test_bench_plot_shows_what_dispatch_ranks_by_and_where_each_figure_came_from(isolated, monkeypatch):
