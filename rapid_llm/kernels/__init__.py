@@ -16,7 +16,6 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # the registry
     "KernelSpec": ("rapid_llm.kernels.spec", "KernelSpec"),
     "GoldenRecord": ("rapid_llm.kernels.spec", "GoldenRecord"),
-    "UNMEASURED": ("rapid_llm.kernels.spec", "UNMEASURED"),
     "Availability": ("rapid_llm.kernels.spec", "Availability"),
     "RegistryError": ("rapid_llm.kernels.spec", "RegistryError"),
     "register": ("rapid_llm.kernels.spec", "register"),

@@ -130,7 +130,6 @@ def _fast_builder() -> Builder:
 
 _BUILDERS: dict[str, Builder] = {"torch": TorchExtensionBuilder()}
 _LAZY_BUILDERS = {"fast": _fast_builder}
-DEFAULT_BUILDER = "torch"  # for sources that include torch's headers; see default_builder()
 
 
 def _builder(key: str) -> Builder:

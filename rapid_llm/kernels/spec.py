@@ -30,7 +30,6 @@ from typing import Any, Callable, Iterator, Union
 from rapid_llm.kernels.platform import DTYPE_NAMES
 
 __all__ = [
-    "UNMEASURED",
     "BACKENDS",
     "DTYPE_NAMES",
     "Availability",
@@ -56,10 +55,6 @@ __all__ = [
     "layout_of",
 ]
 
-
-#: A row without a static priority. Kept as a name for ``priority=UNMEASURED`` in older code:
-#: it is ``None``, which ranks below every number (a measured figure ranks above both).
-UNMEASURED = None
 
 #: The native floor plus the seed's four paths. ``aot`` and ``external`` exist
 #: so an AOT extension or a library (FlashInfer, DeepGEMM) can become a row

@@ -1,4 +1,5 @@
-"""Turning a cell's build into a dispatch row: the launcher, the out-first wrapper, the KernelSpec.
+"""Turning a cell's build into a dispatch row: which launcher, and the KernelSpec (the out-first call is
+``rapid_llm.kernels.jit_row.JitRow``'s).
 
 A row made here is named ``jit/<NAME>`` and starts golden-unverified, so it
 cannot win dispatch until it has been checked against its baseline. Its

@@ -4,8 +4,9 @@ The magic only orchestrates; each step lives in its own module:
 workspace (where the cell is saved), ``rapid_llm.kernels.jit`` (the content-
 keyed build cache and its builders), progress (the elapsed line),
 compile_errors (the compiler's errors at cell line numbers), cell_rows (the
-out-first wrapper and the KernelSpec row). torch and the toolchain are
-touched only when a cell runs.
+launcher and the KernelSpec row; the out-first call is
+``rapid_llm.kernels.jit_row.JitRow``'s). torch and the toolchain are touched
+only when a cell runs.
 """
 from __future__ import annotations
 
