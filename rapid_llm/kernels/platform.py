@@ -139,8 +139,13 @@ def slug(text: str) -> str:
 
 
 def cuda_tool(name: str) -> str | None:
-    """A CUDA toolkit program (ncu, compute-sanitizer, cuobjdump, nvdisasm): on PATH, beside nvcc, or in
+    """A CUDA toolkit program (nvcc, ncu, compute-sanitizer, cuobjdump, nvdisasm), looked for in one order:
+    $CUDA_HOME/bin, $CUDA_PATH/bin (a toolkit chosen on purpose), PATH, beside PATH's nvcc, then
     /usr/local/cuda/bin, where installers put the toolkit without adding it to PATH; else None."""
+    for variable in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(variable)
+        if home and (Path(home) / "bin" / name).exists():
+            return str(Path(home) / "bin" / name)
     found = shutil.which(name)
     if found:
         return found
@@ -162,11 +167,8 @@ def supported_archs() -> tuple[str, ...]:
 
 
 def nvcc_path() -> str | None:
-    """nvcc from $CUDA_HOME / $CUDA_PATH, else from PATH (the toolkit every build and probe uses)."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
-        return os.path.join(home, "bin", "nvcc")
-    return shutil.which("nvcc")
+    """The nvcc every build and probe uses (:func:`cuda_tool`'s order)."""
+    return cuda_tool("nvcc")
 
 
 @functools.cache

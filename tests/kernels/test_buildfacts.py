@@ -141,3 +141,16 @@ def test_cuobjdump_listing_splits_at_each_function():
                             "_Z19scale_scalar_kernelI6__halfEvPT_PKS1_fl"]
     for piece in pieces.values():
         assert piece.count("Function :") == 1 and "STG.E.U16" in piece and "EXIT" in piece
+
+
+def test_cuda_home_comes_first_for_every_tool(monkeypatch, tmp_path):
+    """One search order for nvcc and the other toolkit programs: a toolkit named in $CUDA_HOME wins over PATH."""
+    from rapid_llm.kernels import platform
+
+    (tmp_path / "bin").mkdir()
+    for tool in ("nvcc", "ncu"):
+        (tmp_path / "bin" / tool).touch()
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    assert platform.nvcc_path() == str(tmp_path / "bin" / "nvcc") and platform.cuda_tool("ncu") == str(tmp_path / "bin" / "ncu")
+    assert platform.cuda_tool("cuobjdump") == "/usr/bin/cuobjdump"  # not in that toolkit: PATH next
