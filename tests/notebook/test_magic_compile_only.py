@@ -40,6 +40,8 @@ RL_EXPORT(twice)
 """
 #: Cell line 7 (source line 6) uses a name that does not exist: the device pass says so at that line.
 BAD = GOOD.replace("  if (i < n) out[i] = 2.0f * in[i];", "  if (i < n) out[i] = 2.0f * in[i] * undefined_scale;")
+#: A syntax error on cell line 7: an operator with nothing after it.
+SYNTAX = GOOD.replace("  if (i < n) out[i] = 2.0f * in[i];", "  if (i < n) out[i] = 2.0f * ;")
 
 
 @pytest.fixture
@@ -67,6 +69,12 @@ def test_a_syntax_error_is_reported_at_its_cell_line(shell, no_device, capsys):
     assert "nothing was bound or registered" in message
     with pytest.raises(spec.RegistryError):
         spec.get_row("jit/twice_bad")
+
+
+def test_a_syntax_error_on_the_seventh_line_is_reported_there(shell, no_device):
+    with pytest.raises(CellBuildError) as err:
+        shell.run_cell_magic("cuda_jit", "twice_syntax --op scale --dtypes fp32", SYNTAX)
+    assert "cell line 7: error: expected an expression" in str(err.value), str(err.value)
 
 
 def test_a_failed_edit_keeps_the_last_compiled_row(shell, no_device, capsys):
