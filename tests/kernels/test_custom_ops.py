@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels import custom_ops, dispatch, golden, platform, spec, traced
+from rapid_llm.kernels import custom_ops, golden, platform, spec
 from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.models.llama import LlamaConfig, LlamaLayer
 
@@ -49,18 +49,6 @@ def _ref(make_inputs=None) -> Reference:
 
 def _bench(numel, dtype, device) -> CaseArgs:
     return CaseArgs((torch.ones(numel, dtype=dtype, device=device), 0.5))
-
-
-@pytest.fixture(params=["compiled", "portable"])
-def call_impl(request, monkeypatch):
-    """Both op call paths: the compiled dispatcher (fastcall) and the portable Python one."""
-    if request.param == "portable":
-        monkeypatch.setattr(dispatch, "_FastOp", None)
-        monkeypatch.setattr(dispatch, "portable_reason", "chosen by the test")
-    elif dispatch._fast_op_type() is None:
-        pytest.skip(f"the compiled dispatcher does not build here: {dispatch.portable_reason}")
-    monkeypatch.setattr(dispatch, "_ops", {})
-    return request.param
 
 
 # ------------------------------------------------------------------ registration
