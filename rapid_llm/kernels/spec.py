@@ -69,7 +69,6 @@ DEVICE_TYPES = ("cpu", "cuda")
 LAYOUTS = ("contiguous", "rows", "strided")
 
 
-
 def row_stride(t: Any) -> int | None:
     """The distance between the rows of tensor ``t`` viewed as [rows, t.shape[-1]], or None where no one
     stride describes it. A "rows" row's kernel takes this instead of assuming a dense tensor.
