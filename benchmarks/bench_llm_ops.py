@@ -37,7 +37,8 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench, bench_host, copy_roofline
 from rapid_llm.bench.ops import bench_op, make_args, write_results
-from rapid_llm.kernels import platform, spec
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
 
 TOKENS = (1, 2, 4, 16, 64, 256, 1024, 4096, 16384)
 SMALL_T = 16

@@ -37,7 +37,7 @@ from rapid_llm.bench import bench, bench_op, copy_roofline
 from rapid_llm.bench.harness import l2_bytes
 from rapid_llm.bench.ops import OpMeasurement, eligible_rows, write_results
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.spec import get_decl
+from rapid_llm.kernels.registry.spec import get_decl
 
 GPU_SIZES = tuple(1 << p for p in range(10, 29, 2))  # 1K .. 256M, every 4x
 CPU_SIZES = tuple(1 << p for p in range(10, 21, 2))  # 1K .. 1M

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from rapid_llm.kernels import isolate, spec
-from rapid_llm.kernels.golden import verify
-from rapid_llm.kernels.jit_row import JitRow
-from rapid_llm.kernels.spec import KernelSpec
+from rapid_llm.kernels.verification import isolate
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.registry.spec import KernelSpec
 
 DEFECTS = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "defects"
 #: (source stem, how it is checked): "verify" in this process, "sanitize:<tool>", or "child" (crash or hang).
@@ -34,7 +35,7 @@ CASES = [
 def register(stem: str) -> str:
     fn = f"scale_{stem}"
     spec.register(KernelSpec(name=f"jit/{fn}", op="scale", backend="jit", target=JitRow(DEFECTS / f"{stem}.cu", fn),
-                             available="rapid_llm.kernels.jit:available", dtypes=("bf16", "fp16", "fp32"),
+                             available="rapid_llm.kernels.build.jit:available", dtypes=("bf16", "fp16", "fp32"),
                              devices=("cuda",)), replace=True)
     return f"jit/{fn}"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Verify the shipped CUDA rows on this GPU and write each one's golden record into its row line.
 
-    python scripts/verify_shipped.py [ROW ...]        # default: every jit row under kernels/csrc/
+    python scripts/verify_shipped.py [ROW ...]        # default: every jit row under kernels/shipped_cu/
 
 A shipped ``.cu`` row carries its golden record on its first line. A new or
 edited source starts unverified (dispatch never picks it); this runs
@@ -16,14 +16,15 @@ import sys
 
 import torch
 
-from rapid_llm.kernels import platform, spec
-from rapid_llm.kernels.golden import verify
-from rapid_llm.kernels.jit_row import JitRow, read_header, write_header
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.build.jit_row import JitRow, read_header, write_header
 
 
 def shipped_jit_rows() -> list[str]:
     return sorted(r.name for op in spec.all_ops() for r in spec.rows_for(op)
-                  if isinstance(r.target, JitRow) and r.target.source.is_relative_to(platform.CSRC))
+                  if isinstance(r.target, JitRow) and r.target.source.is_relative_to(platform.SHIPPED_CU))
 
 
 def record(name: str) -> bool:

@@ -40,7 +40,7 @@ def device() -> torch.device:
 def fresh_registry():
     """Each test gets a registry of its own, holding the shipped ops: nothing a test registers,
     re-verifies or declares can leak into the next one."""
-    from rapid_llm.kernels import spec
+    from rapid_llm.kernels.registry import spec
 
     with spec.isolated(discover=True):
         yield

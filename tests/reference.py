@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from rapid_llm.kernels import spec
+from rapid_llm.kernels.registry import spec
 
 
 def oracle(op: str) -> Callable[..., Any]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels import measurements, platform
+from rapid_llm.kernels.dispatch import measurements
+from rapid_llm.kernels import platform
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,7 @@ def test_the_wheel_carries_the_shipped_figures_and_sources(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in measurements.committed_results():
         assert f"rapid_llm/kernels/results/{path.name}" in names
-    for path in platform.CSRC.rglob("*"):
+    for path in platform.SHIPPED_CU.rglob("*"):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            assert f"rapid_llm/kernels/csrc/{path.relative_to(platform.CSRC).as_posix()}" in names
-    assert {"rapid_llm/kernels/fastpath/fastcall.c", "rapid_llm/kernels/fastpath/fastcall_dispatch.inc"} <= names
+            assert f"rapid_llm/kernels/shipped_cu/{path.relative_to(platform.SHIPPED_CU).as_posix()}" in names
+    assert {"rapid_llm/kernels/build/fastpath/fastcall.c", "rapid_llm/kernels/build/fastpath/fastcall_dispatch.inc"} <= names

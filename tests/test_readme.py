@@ -29,8 +29,8 @@ def test_the_notebook_transcript_runs_as_written(tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
     from rapid_llm.kernels import platform
-    from rapid_llm.kernels.golden import GoldenError
-    from rapid_llm.kernels.spec import RegistryError
+    from rapid_llm.kernels.verification.golden import GoldenError
+    from rapid_llm.kernels.registry.spec import RegistryError
 
     block = re.search(r"### A kernel from a notebook cell\n\n```\n(.+?)\n```", (ROOT / "README.md").read_text(), re.S)
     lines = [m for m in re.findall(r"^In \[\d+\]: (.+)$", block[1], re.M)]

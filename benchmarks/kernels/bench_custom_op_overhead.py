@@ -25,8 +25,9 @@ import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench_host
-from rapid_llm.kernels import custom_ops, dispatch, platform
-from rapid_llm.kernels.opdecl import get_decl
+from rapid_llm.kernels.dispatch import custom_ops, dispatcher as dispatch
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry.opdecl import get_decl
 
 
 def _custom_op_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:

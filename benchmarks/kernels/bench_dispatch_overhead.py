@@ -20,7 +20,7 @@ import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench_host
-from rapid_llm.kernels.dispatch import resolve
+from rapid_llm.kernels.dispatch.dispatcher import resolve
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,8 +30,8 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.dispatch import explain, resolve
-from rapid_llm.kernels.spec import get_row, rows_for
+from rapid_llm.kernels.dispatch.dispatcher import explain, resolve
+from rapid_llm.kernels.registry.spec import get_row, rows_for
 
 TOKENS = (1, 16, 128, 4096, 16384)
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")

@@ -4,7 +4,7 @@
 resets mutated inputs outside the timed region, ``bench_host`` measures the
 host-side cost per call, ``copy_roofline`` is the bandwidth the rest is
 compared with, and ``bench_op`` times every eligible row of an op and records
-the medians that dispatch ranks rows by (through rapid_llm.kernels.measurements).
+the medians that dispatch ranks rows by (through rapid_llm.kernels.dispatch.measurements).
 Names load on first use, so importing this package costs nothing.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "copy_roofline": ("rapid_llm.bench.harness", "copy_roofline"),
     "bench_op": ("rapid_llm.bench.ops", "bench_op"),
     "OpMeasurement": ("rapid_llm.bench.ops", "OpMeasurement"),
-    "CaseArgs": ("rapid_llm.kernels.opdecl", "CaseArgs"),
+    "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
 }
 
 __all__ = sorted(_EXPORTS)

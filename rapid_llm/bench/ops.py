@@ -10,10 +10,11 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, bench_host
-from rapid_llm.kernels import measurements, platform
-from rapid_llm.kernels.dispatch import explain
-from rapid_llm.kernels.opdecl import CaseArgs
-from rapid_llm.kernels.spec import RegistryError, get_decl, get_row, rows_for
+from rapid_llm.kernels.dispatch import measurements
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.dispatch.dispatcher import explain
+from rapid_llm.kernels.registry.opdecl import CaseArgs
+from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, rows_for
 
 __all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures", "make_args", "write_results"]
 

@@ -14,30 +14,30 @@ from typing import Any
 #: public name -> (module, attribute). Ops map to the dispatcher.
 _EXPORTS: dict[str, tuple[str, str]] = {
     # the registry
-    "KernelSpec": ("rapid_llm.kernels.spec", "KernelSpec"),
-    "GoldenRecord": ("rapid_llm.kernels.spec", "GoldenRecord"),
-    "Availability": ("rapid_llm.kernels.spec", "Availability"),
-    "RegistryError": ("rapid_llm.kernels.spec", "RegistryError"),
-    "register": ("rapid_llm.kernels.spec", "register"),
-    "unregister": ("rapid_llm.kernels.spec", "unregister"),
-    "get_row": ("rapid_llm.kernels.spec", "get_row"),
-    "rows_for": ("rapid_llm.kernels.spec", "rows_for"),
-    "all_ops": ("rapid_llm.kernels.spec", "all_ops"),
+    "KernelSpec": ("rapid_llm.kernels.registry.spec", "KernelSpec"),
+    "GoldenRecord": ("rapid_llm.kernels.registry.spec", "GoldenRecord"),
+    "Availability": ("rapid_llm.kernels.registry.spec", "Availability"),
+    "RegistryError": ("rapid_llm.kernels.registry.spec", "RegistryError"),
+    "register": ("rapid_llm.kernels.registry.spec", "register"),
+    "unregister": ("rapid_llm.kernels.registry.spec", "unregister"),
+    "get_row": ("rapid_llm.kernels.registry.spec", "get_row"),
+    "rows_for": ("rapid_llm.kernels.registry.spec", "rows_for"),
+    "all_ops": ("rapid_llm.kernels.registry.spec", "all_ops"),
     # declaring an op
-    "declare_op": ("rapid_llm.kernels.opdecl", "declare_op"),
-    "get_decl": ("rapid_llm.kernels.opdecl", "get_decl"),
-    "Reference": ("rapid_llm.kernels.opdecl", "Reference"),
-    "CaseArgs": ("rapid_llm.kernels.opdecl", "CaseArgs"),
-    "JitRow": ("rapid_llm.kernels.jit_row", "JitRow"),
-    "promote": ("rapid_llm.kernels.promote", "promote"),
+    "declare_op": ("rapid_llm.kernels.registry.opdecl", "declare_op"),
+    "get_decl": ("rapid_llm.kernels.registry.opdecl", "get_decl"),
+    "Reference": ("rapid_llm.kernels.registry.opdecl", "Reference"),
+    "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
+    "JitRow": ("rapid_llm.kernels.build.jit_row", "JitRow"),
+    "promote": ("rapid_llm.kernels.build.promote", "promote"),
     # dispatch
-    "resolve": ("rapid_llm.kernels.dispatch", "resolve"),
-    "explain": ("rapid_llm.kernels.dispatch", "explain"),
-    "get_op": ("rapid_llm.kernels.dispatch", "get_op"),
+    "resolve": ("rapid_llm.kernels.dispatch.dispatcher", "resolve"),
+    "explain": ("rapid_llm.kernels.dispatch.dispatcher", "explain"),
+    "get_op": ("rapid_llm.kernels.dispatch.dispatcher", "get_op"),
     # golden verification
-    "verify": ("rapid_llm.kernels.golden", "verify"),
-    "inspect": ("rapid_llm.kernels.inspection", "inspect"),
-    "profile": ("rapid_llm.kernels.profiling", "profile"),
+    "verify": ("rapid_llm.kernels.verification.golden", "verify"),
+    "inspect": ("rapid_llm.kernels.inspection.inspector", "inspect"),
+    "profile": ("rapid_llm.kernels.inspection.profiling", "profile"),
 }
 
 __all__ = sorted(_EXPORTS)
@@ -51,13 +51,13 @@ def __getattr__(name: str) -> Any:
         return value
     # `from rapid_llm.kernels import platform` asks here before importing the submodule: let it.
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is None:
-        spec = importlib.import_module("rapid_llm.kernels.spec")
+        spec = importlib.import_module("rapid_llm.kernels.registry.spec")
         if name in spec.all_ops():  # the dispatching op: one object per name, so it is cached here
-            op = importlib.import_module("rapid_llm.kernels.dispatch").get_op(name)
+            op = importlib.import_module("rapid_llm.kernels.dispatch.dispatcher").get_op(name)
             globals()[name] = op
             return op
     raise AttributeError(f"module 'rapid_llm.kernels' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return [*__all__, *importlib.import_module("rapid_llm.kernels.spec").all_ops()]
+    return [*__all__, *importlib.import_module("rapid_llm.kernels.registry.spec").all_ops()]

@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "torch_dtype", "device_label", "size_bucket", "sm_version",
-    "cache_dir", "project_root", "PACKAGE_DIR", "CSRC", "RESULTS", "slug", "cuda_tool", "nvcc_path", "write_atomic",
+    "cache_dir", "project_root", "PACKAGE_DIR", "SHIPPED_CU", "RESULTS", "slug", "cuda_tool", "nvcc_path", "write_atomic",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
 
@@ -43,7 +43,7 @@ DTYPE_NAMES = {
 #: The installed package, the CUDA sources it ships, and the measured figures it ships (what dispatch ranks
 #: rows by on each GPU kind: package data, so a wheel carries them and no working directory changes them).
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-CSRC = PACKAGE_DIR / "kernels" / "csrc"
+SHIPPED_CU = PACKAGE_DIR / "kernels" / "shipped_cu"
 RESULTS = PACKAGE_DIR / "kernels" / "results"
 
 

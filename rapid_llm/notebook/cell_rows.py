@@ -1,5 +1,5 @@
 """Turning a cell's build into a dispatch row: which launcher, and the KernelSpec (the out-first call is
-``rapid_llm.kernels.jit_row.JitRow``'s).
+``rapid_llm.kernels.build.jit_row.JitRow``'s).
 
 A row made here is named ``jit/<NAME>`` and starts golden-unverified, so it
 cannot win dispatch until it has been checked against its baseline. Its
@@ -11,8 +11,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable
 
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import Availability, GoldenRecord, KernelSpec
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.spec import Availability, GoldenRecord, KernelSpec
 
 __all__ = [
     "RowError",
@@ -111,7 +111,7 @@ def check_can_register(name: str, op: str) -> None:
 
 def native_row(op: str) -> str | None:
     """The op's native row name (loading the shipped rows first), or None for a brand-new op."""
-    from rapid_llm.kernels.dispatch import get_op
+    from rapid_llm.kernels.dispatch.dispatcher import get_op
 
     return next((r.name for r in get_op(op).rows() if r.is_native), None)
 
@@ -139,7 +139,7 @@ def register_cell_row(name: str, op: str, *, target: Callable[..., Any], availab
     if old is not None and old.golden.verified and _digests.get(row) == digest:
         golden, kept = old.golden, True
     else:  # verified in an earlier kernel, source unchanged
-        from rapid_llm.kernels.jit_row import recall_verification
+        from rapid_llm.kernels.build.jit_row import recall_verification
 
         recalled = recall_verification(digest)
         if recalled is not None and recalled.baseline == golden.baseline:

@@ -10,11 +10,11 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension", "VERBS"]
 
 #: What a kernel author calls after %%cuda_jit, bound into the notebook (unless the name is taken there).
 VERBS = {
-    "verify": "rapid_llm.kernels.golden:verify",
-    "explain": "rapid_llm.kernels.dispatch:explain",
-    "promote": "rapid_llm.kernels.promote:promote",
-    "inspect": "rapid_llm.kernels.inspection:inspect",
-    "profile": "rapid_llm.kernels.profiling:profile",
+    "verify": "rapid_llm.kernels.verification.golden:verify",
+    "explain": "rapid_llm.kernels.dispatch.dispatcher:explain",
+    "promote": "rapid_llm.kernels.build.promote:promote",
+    "inspect": "rapid_llm.kernels.inspection.inspector:inspect",
+    "profile": "rapid_llm.kernels.inspection.profiling:profile",
     "bench_op": "rapid_llm.bench.ops:bench_op",
     "bench_plot": "rapid_llm.notebook.widgets:bench_plot",
 }

@@ -1,11 +1,11 @@
 """``%%cuda_jit``: a notebook cell becomes a compiled, bound, registered op.
 
 The magic only orchestrates; each step lives in its own module:
-workspace (where the cell is saved), ``rapid_llm.kernels.jit`` (the content-
+workspace (where the cell is saved), ``rapid_llm.kernels.build.jit`` (the content-
 keyed build cache and its builders), progress (the elapsed line),
 compile_errors (the compiler's errors at cell line numbers), cell_rows (the
 launcher and the KernelSpec row; the out-first call is
-``rapid_llm.kernels.jit_row.JitRow``'s). torch and the toolchain are touched
+``rapid_llm.kernels.build.jit_row.JitRow``'s). torch and the toolchain are touched
 only when a cell runs.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ class CudaJitMagics(Magics):
         help="dtypes of an --op row when the cell gives no --dtypes.",
     ).tag(config=True)
     builder = Unicode(
-        "", help="Build path, a key given to rapid_llm.kernels.jit.register_builder (empty: by the source, "
+        "", help="Build path, a key given to rapid_llm.kernels.build.jit.register_builder (empty: by the source, "
                  "'torch' when it includes torch's headers, else 'fast'). --builder overrides it per cell.",
     ).tag(config=True)
 
@@ -132,7 +132,7 @@ class CudaJitMagics(Magics):
             raise UsageError(f"--flags: {exc}") from None
         builder = args.builder or self.builder or None
         if builder is not None:
-            from rapid_llm.kernels import jit
+            from rapid_llm.kernels.build import jit
 
             if builder not in jit.builders():
                 raise UsageError(f"unknown builder {builder!r}; registered: {', '.join(jit.builders())}")
@@ -145,7 +145,7 @@ class CudaJitMagics(Magics):
         workspace.write_atomic(path, cell)
         digest = hashlib.sha256("\0".join((cell, *flags)).encode()).hexdigest()
 
-        from rapid_llm.kernels import jit
+        from rapid_llm.kernels.build import jit
 
         availability = jit.available()
         compile_only = None
@@ -167,7 +167,7 @@ class CudaJitMagics(Magics):
         line = f"saved {shown}; not built: {reason}"
         if args.op is not None:
             row = cell_rows.row_name(name)
-            from rapid_llm.kernels.jit_row import JitRow
+            from rapid_llm.kernels.build.jit_row import JitRow
 
             _, probe = cell_rows.not_built(row, f"not built: {reason}")
             target = JitRow(path, args.fn or name, not_built=f"not built: {reason}", out=args.out)
@@ -185,8 +185,8 @@ class CudaJitMagics(Magics):
     def _compiled_only(self, args: Any, name: str, path: Path, shown: str, digest: str, dtypes: tuple[str, ...],
                        result: Any, status: StatusLine, reason: str) -> None:
         """A cell built where it cannot run (no CUDA device): compiler errors were checked, nothing is bound."""
-        from rapid_llm.kernels import jit
-        from rapid_llm.kernels.jit_row import JitRow
+        from rapid_llm.kernels.build import jit
+        from rapid_llm.kernels.build.jit_row import JitRow
 
         how = "loaded from cache" if result.cached else f"built in {result.seconds:.1f} s"
         line = (f"{how} for {jit.target_arch_name()} (a compile check: {reason}, so nothing is bound); "
@@ -212,7 +212,7 @@ class CudaJitMagics(Magics):
     def _build(self, args: Any, name: str, path: Path, shown: str, flags: tuple[str, ...],
                builder: str | None, status: StatusLine) -> Any:
         """The jit.BuildResult, or a CellBuildError telling the compiler's errors at cell lines."""
-        from rapid_llm.kernels import jit
+        from rapid_llm.kernels.build import jit
 
         verbose = bool(args.verbose)
         captured = None
@@ -268,7 +268,7 @@ class CudaJitMagics(Magics):
 
     @staticmethod
     def _has_cell_row(name: str) -> bool:
-        from rapid_llm.kernels import spec
+        from rapid_llm.kernels.registry import spec
 
         try:
             spec.get_row(cell_rows.row_name(name))
@@ -289,7 +289,7 @@ class CudaJitMagics(Magics):
             how += f" (the cell took {cell_s:.1f} s: importing torch and starting CUDA)"
         bound = ", ".join(f"{f}()" for f in functions) or "no functions"
         line = f"{how} -> {bound} bound"
-        from rapid_llm.kernels.buildfacts import notable
+        from rapid_llm.kernels.build.buildfacts import notable
 
         worth_knowing = notable(getattr(result.module, "__build_facts__", None) or {})
         if worth_knowing:  # spills or low occupancy: said at once; inspect(row) has the rest
@@ -297,12 +297,12 @@ class CudaJitMagics(Magics):
                                                           else "") + "]"
         if launcher is not None:
             row = cell_rows.row_name(name)
-            from rapid_llm.kernels.jit_row import JitRow
+            from rapid_llm.kernels.build.jit_row import JitRow
 
             spec, kept = cell_rows.register_cell_row(
                 name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest,
                                                 out=args.out, flags=tuple(flags)),
-                available="rapid_llm.kernels.jit:available", dtypes=dtypes,
+                available="rapid_llm.kernels.build.jit:available", dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
                 description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",
             )
@@ -351,7 +351,7 @@ def _option_hint(message: str, magic: Any) -> str:
 
 def _check_op_declared(op: str) -> None:
     """A row needs its op declared first: a typo must not quietly start a new op."""
-    from rapid_llm.kernels import spec
+    from rapid_llm.kernels.registry import spec
 
     ops = spec.all_ops()
     if op in ops:
@@ -367,7 +367,7 @@ def _group_of(op: str | None) -> str:
     """The folder of a cell given no --group: its op's group (its name for a notebook's op), else scratch."""
     if op is None:
         return "scratch"
-    from rapid_llm.kernels import spec
+    from rapid_llm.kernels.registry import spec
 
     return spec.op_group(op) or op
 

@@ -25,15 +25,15 @@ def _show_golden(report: Any) -> bool:
 def attach(ipython: Any) -> None:
     """Register the HTML and widget formatters (by type name: nothing is imported here)."""
     formatters = ipython.display_formatter.formatters
-    formatters["text/html"].for_type_by_name("rapid_llm.kernels.dispatch", "Explanation", explanation_html)
-    formatters["text/html"].for_type_by_name("rapid_llm.kernels.golden", "GoldenReport", golden_html)
+    formatters["text/html"].for_type_by_name("rapid_llm.kernels.dispatch.dispatcher", "Explanation", explanation_html)
+    formatters["text/html"].for_type_by_name("rapid_llm.kernels.verification.golden", "GoldenReport", golden_html)
     ipython.display_formatter.ipython_display_formatter.for_type_by_name(
-        "rapid_llm.kernels.golden", "GoldenReport", _show_golden)
+        "rapid_llm.kernels.verification.golden", "GoldenReport", _show_golden)
 
 
-_REGISTERED = (("text/html", "rapid_llm.kernels.dispatch", "Explanation"),
-               ("text/html", "rapid_llm.kernels.golden", "GoldenReport"),
-               (None, "rapid_llm.kernels.golden", "GoldenReport"))
+_REGISTERED = (("text/html", "rapid_llm.kernels.dispatch.dispatcher", "Explanation"),
+               ("text/html", "rapid_llm.kernels.verification.golden", "GoldenReport"),
+               (None, "rapid_llm.kernels.verification.golden", "GoldenReport"))
 
 
 def detach(ipython: Any) -> None:

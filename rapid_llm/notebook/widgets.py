@@ -33,12 +33,12 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rapid_llm.kernels import measurements
+from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.dispatch import Explanation, dtype_name, explain
+from rapid_llm.kernels.dispatch.dispatcher import Explanation, dtype_name, explain
 from rapid_llm.notebook.tables import explanation_html, golden_html
-from rapid_llm.kernels.golden import GoldenReport, verify
-from rapid_llm.kernels.spec import rows_for
+from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.registry.spec import rows_for
 
 __all__ = ["ExplainView", "GoldenView", "BenchPlot", "explain_widget", "golden_widget", "bench_plot", "render_docs"]
 
@@ -293,7 +293,7 @@ class BenchPlot(_View):
     """Benchmark figures of one op: a line per row against size, the copy roofline dashed.
 
     By default it shows the figures dispatch ranks this machine's rows by
-    (rapid_llm.kernels.measurements.ranked_entries): this session's, the
+    (rapid_llm.kernels.dispatch.measurements.ranked_entries): this session's, the
     local store's only when opted in, then the committed ``rapid_llm/kernels/results``
     of this device kind, each figure named by its source. So a plot never
     shows what does not decide dispatch, such as the local store written by
@@ -599,7 +599,7 @@ def render_docs(out_dir: str | Path, op: str = "scale", rows: Sequence[str] | No
     others are reported and skipped); the explain view uses the largest
     measured size, so its figures are the measured ones.
     """
-    from rapid_llm.kernels.golden import GoldenError
+    from rapid_llm.kernels.verification.golden import GoldenError
 
     out = Path(out_dir)
     written = []

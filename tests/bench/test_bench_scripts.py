@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels import measurements
+from rapid_llm.kernels.dispatch import measurements
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

@@ -94,7 +94,7 @@ def test_bad_arguments_are_named():
 
 
 def test_importing_the_harness_package_stays_light():
-    code = ("import sys, rapid_llm.bench, rapid_llm.kernels.measurements; "
+    code = ("import sys, rapid_llm.bench, rapid_llm.kernels.dispatch.measurements; "
             "heavy = [m for m in ('triton', 'matplotlib', 'ipywidgets', 'torch') if m in sys.modules]; "
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -7,15 +7,17 @@ import pytest
 import torch
 
 from rapid_llm.bench import bench_op
-from rapid_llm.kernels import measurements, platform, spec
-from rapid_llm.kernels.dispatch import explain, resolve
-from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.dispatch import measurements
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.dispatch.dispatcher import explain, resolve
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 @pytest.fixture(autouse=True)
 def serve_interpreter():
     """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
-    from rapid_llm.kernels import triton_support
+    from rapid_llm.kernels.build import triton_support
 
     triton_support.serve_interpreter(True)
     yield

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rapid_llm.kernels import dispatch
+from rapid_llm.kernels.dispatch import dispatcher as dispatch
 
 
 @pytest.fixture(params=["compiled", "portable"])

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels import buildfacts, inspection
-from rapid_llm.kernels.buildfacts import KernelFacts
+from rapid_llm.kernels.build import buildfacts
+from rapid_llm.kernels.inspection import inspector as inspection
+from rapid_llm.kernels.build.buildfacts import KernelFacts
 
 SAMPLES = Path(__file__).parent / "samples"
 VEC4, VEC2 = "_Z19rms_norm_vec_kernelIfLi4EEvPT_PKS0_S3_lif", "_Z19rms_norm_vec_kernelIfLi2EEvPT_PKS0_S3_lif"
@@ -93,7 +94,7 @@ class _FakeCompiled:
 
 
 def test_triton_specialisations_become_build_facts_at_their_own_block_size():
-    from rapid_llm.kernels import triton_facts
+    from rapid_llm.kernels.inspection import triton_facts
 
     class Fn:
         device_caches = {0: ({"[('*bf16', 'D'), ('*bf16', 'D'), ('fp32', None), ('i32', 'D'), ('constexpr', 4096)]"
@@ -121,7 +122,7 @@ def test_sass_with_lineinfo_asks_nvdisasm_first_and_names_cell_lines(monkeypatch
     assert called == ["/bin/cuobjdump", "/bin/nvdisasm"]  # cuobjdump prints no source lines; nvdisasm -g does
     sass = inspection.annotate_cell_lines(Done.stdout, Path("/p/csrc/elementwise/x.cu"))
     assert '//## File "/p/csrc/elementwise/x.cu", line 9 (cell line 10)' in sass
-    shipped = Path("/site/rapid_llm/kernels/csrc/elementwise/x.cu")  # a shipped source has no cell lines
+    shipped = Path("/site/rapid_llm/kernels/shipped_cu/elementwise/x.cu")  # a shipped source has no cell lines
     assert "cell line" not in inspection.annotate_cell_lines(Done.stdout.replace("/p/", "/site/rapid_llm/kernels/"),
                                                              shipped)
 

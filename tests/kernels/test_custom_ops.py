@@ -20,8 +20,11 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels import custom_ops, golden, platform, spec
-from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
+from rapid_llm.kernels.dispatch import custom_ops
+from rapid_llm.kernels.verification import golden
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.models.llama import LlamaConfig, LlamaLayer
 
 HAS_CUDA = torch.cuda.is_available()
@@ -219,7 +222,7 @@ def test_registration_is_lazy_and_tracing_survives_a_late_dynamo_import():
     code = textwrap.dedent("""
         import sys, torch
         import rapid_llm.kernels as K
-        registered_at_import = "rapid_llm.kernels.custom_ops" in sys.modules
+        registered_at_import = "rapid_llm.kernels.dispatch.custom_ops" in sys.modules
         x, w = torch.randn(3, 16), torch.randn(16)
         y = K.rms_norm(x, w, 1e-6)
         print(registered_at_import, "torch._dynamo" in sys.modules, "triton" in sys.modules,

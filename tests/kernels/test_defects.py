@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
-from rapid_llm.kernels.defects import DEFECT_KINDS
-from rapid_llm.kernels.golden import GoldenReport, verify
-from rapid_llm.kernels.spec import KernelSpec
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.defects import DEFECT_KINDS
+from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.registry.spec import KernelSpec
 
 pytest.importorskip("triton")
 # The special-values case scales the dtype's max by 1.7: inf, as it should be (numpy warns in the interpreter).
@@ -39,7 +39,7 @@ def triton_row(fn: str) -> str:
     """Register ``fn`` of triton_defects as a Triton row of scale; its name."""
     name = f"triton/{fn}"
     spec.register(KernelSpec(name=name, op="scale", backend="triton", target=f"{TRITON_MODULE}:{fn}",
-                             available="rapid_llm.kernels.triton_support:available",
+                             available="rapid_llm.kernels.build.triton_support:available",
                              dtypes=("bf16", "fp16", "fp32"), devices=("cuda", "cpu")))
     return name
 

@@ -2,7 +2,7 @@
 
 Defects that verify itself sees fail it with their kind. The race needs compute-sanitizer (verify's
 sanitize=True); the uninitialised shared read is not expected to be seen by any tool (README.md). The
-crash and hang kernels run only in a child process (rapid_llm.kernels.isolate): in this process one
+crash and hang kernels run only in a child process (rapid_llm.kernels.verification.isolate): in this process one
 illegal address or failed assert would leave the CUDA context unusable for every later test.
 """
 from __future__ import annotations
@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from rapid_llm.kernels import isolate, jit, spec
-from rapid_llm.kernels.golden import GoldenReport, verify
-from rapid_llm.kernels.jit_row import JitRow
-from rapid_llm.kernels.spec import KernelSpec
+from rapid_llm.kernels.verification import isolate
+from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.registry.spec import KernelSpec
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -46,7 +48,7 @@ def jit_row(stem: str) -> str:
     """Register defects/<stem>.cu (launcher scale_<stem>) as a JIT row of scale; its name."""
     fn = f"scale_{stem}"
     spec.register(KernelSpec(name=f"jit/{fn}", op="scale", backend="jit", target=JitRow(DEFECTS / f"{stem}.cu", fn),
-                             available="rapid_llm.kernels.jit:available", dtypes=("bf16", "fp16", "fp32"),
+                             available="rapid_llm.kernels.build.jit:available", dtypes=("bf16", "fp16", "fp32"),
                              devices=("cuda",)))
     return f"jit/{fn}"
 

@@ -12,7 +12,7 @@ import torch
 
 from pathlib import Path
 
-from rapid_llm.kernels import jit
+from rapid_llm.kernels.build import jit
 
 pytestmark = pytest.mark.gpu
 SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "jit" / "kernels" / "fast" / "scale.cu"

@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
-from rapid_llm.kernels.dispatch import explain
-from rapid_llm.kernels.golden import GoldenError, verify
-from rapid_llm.kernels.opdecl import Reference, declare_op
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.dispatch.dispatcher import explain
+from rapid_llm.kernels.verification.golden import GoldenError, verify
+from rapid_llm.kernels.registry.opdecl import Reference, declare_op
 from rapid_llm.notebook.tables import golden_html
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
-from rapid_llm.kernels.triton_support import interpreting
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.build.triton_support import interpreting
 
 HAS_CUDA = torch.cuda.is_available()
 SMALL = (1, 4097)
@@ -158,7 +158,7 @@ def gelu_tanh_magnitude(x):
 
 def test_magnitude_judges_a_cancelling_op_fairly():
     """docs/adding-an-op.md's GELU-tanh: a correct fp32 row fails against |exact|, passes against the magnitude."""
-    from rapid_llm.kernels.opdecl import CaseArgs
+    from rapid_llm.kernels.registry.opdecl import CaseArgs
 
     def inputs(shape, dtype, device, generator):
         return ((torch.rand(shape, generator=generator, dtype=torch.float64) * 10 - 8).to(device=device, dtype=dtype),)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels import isolate, spec
-from rapid_llm.kernels.golden import verify
-from rapid_llm.kernels.spec import KernelSpec
+from rapid_llm.kernels.verification import isolate
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.registry.spec import KernelSpec
 
 MEMCHECK = """========= COMPUTE-SANITIZER
 ========= Invalid __global__ write of size 4 bytes
@@ -18,8 +19,8 @@ MEMCHECK = """========= COMPUTE-SANITIZER
 ========= ERROR SUMMARY: 1 error
 """
 RACECHECK = """========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at void race_kernel<float>(float *, const float *, long)+0x90 in /p/rapid_llm/kernels/csrc/x/race.cu:14
-=========     and Read access at void race_kernel<float>(float *, const float *, long)+0xd0 in /p/rapid_llm/kernels/csrc/x/race.cu:16 [4 hazards]
+========= Error: Race reported between Write access at void race_kernel<float>(float *, const float *, long)+0x90 in /p/rapid_llm/kernels/shipped_cu/x/race.cu:14
+=========     and Read access at void race_kernel<float>(float *, const float *, long)+0xd0 in /p/rapid_llm/kernels/shipped_cu/x/race.cu:16 [4 hazards]
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
 
@@ -61,7 +62,7 @@ def test_a_row_a_child_cannot_rebuild_runs_here_and_says_so():
 def test_sanitizer_reports_are_parsed_with_cell_lines():
     found = isolate.parse_sanitizer(MEMCHECK, "memcheck", isolate.Path("/w/csrc/defects/oob.cu"))
     assert [str(f) for f in found] == ["memcheck: Invalid __global__ write of size 4 bytes at oob.cu:21 (cell line 22)"]
-    race = isolate.parse_sanitizer(RACECHECK, "racecheck", isolate.Path("/p/rapid_llm/kernels/csrc/x/race.cu"))
+    race = isolate.parse_sanitizer(RACECHECK, "racecheck", isolate.Path("/p/rapid_llm/kernels/shipped_cu/x/race.cu"))
     assert len(race) == 1 and race[0].where == "race.cu:14" and race[0].what.startswith("Error: Race reported")
 
 
@@ -108,13 +109,13 @@ def _negate_oracle(x):
 
 
 def _negate_case(numel, dtype, device):
-    from rapid_llm.kernels.opdecl import CaseArgs
+    from rapid_llm.kernels.registry.opdecl import CaseArgs
 
     return CaseArgs((torch.randn(numel, device=device).to(dtype),))
 
 
 def _declare_negate(native=_negate):
-    from rapid_llm.kernels.opdecl import Reference, declare_op
+    from rapid_llm.kernels.registry.opdecl import Reference, declare_op
 
     declare_op("negate", native=native, reference=Reference(make_inputs=_negate_inputs, oracle=_negate_oracle),
                bench=_negate_case, devices=("cpu",))

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rapid_llm.kernels import profiling
-from rapid_llm.kernels.profiling import KernelProfile, Profile
+from rapid_llm.kernels.inspection import profiling
+from rapid_llm.kernels.inspection.profiling import KernelProfile, Profile
 
 SAMPLES = Path(__file__).parent / "samples"
 SAMPLE = SAMPLES / "ncu_scale_rows_h200.csv"  # ncu --metrics ... over three rows, without ranges
@@ -71,7 +71,7 @@ def test_without_ncu_or_without_a_gpu_profile_says_so_in_one_line(monkeypatch):
 
 
 def test_profile_of_neither_an_op_nor_a_row_names_the_problem():
-    from rapid_llm.kernels.spec import RegistryError
+    from rapid_llm.kernels.registry.spec import RegistryError
 
     with pytest.raises(RegistryError, match="nonexistent"):
         profiling.profile("nonexistent", torch.ones(2))

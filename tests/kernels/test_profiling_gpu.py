@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels import inspection, profiling
+from rapid_llm.kernels.inspection import inspector as inspection, profiling
 
 pytestmark = [
     pytest.mark.gpu,

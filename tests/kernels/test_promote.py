@@ -12,11 +12,12 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels import jit, jit_row, spec
-from rapid_llm.kernels.golden import verify
-from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
-from rapid_llm.kernels.promote import PromoteError, promote
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.build import jit, jit_row
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
+from rapid_llm.kernels.build.promote import PromoteError, promote
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
                                 reason="the fast path needs g++ and the CUDA toolkit's headers (nvcc)")
@@ -102,7 +103,7 @@ def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_
         promote(row, package=tmp_path / "pkg")
     assert verify(row).passed
     done = promote(row, name="twice", package=tmp_path / "pkg")
-    assert done.row == "jit/twice" and done.path == tmp_path / "pkg" / "kernels" / "csrc" / "demo" / "twice.cu"
+    assert done.row == "jit/twice" and done.path == tmp_path / "pkg" / "kernels" / "shipped_cu" / "demo" / "twice.cu"
     assert "tests/kernels/test_rows.py" in str(done)
     text = done.path.read_text()
     assert text.startswith(jit_row.HEADER_PREFIX) and text.count("RL_EXPORT(twice)") == 1
@@ -111,7 +112,7 @@ def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_
     # A fresh registry finds the row in the file alone, with its golden record.
     with spec.isolated():
         declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, devices=("cpu",))
-        (found,) = jit_row.register_cu_rows(tmp_path / "pkg" / "kernels" / "csrc")
+        (found,) = jit_row.register_cu_rows(tmp_path / "pkg" / "kernels" / "shipped_cu")
         assert found.name == "jit/twice" and found.golden == shipped.golden and found.target.fn == "twice"
     with pytest.raises(PromoteError, match="already exists; pass replace=True"):
         promote(row, name="twice", package=tmp_path / "pkg")

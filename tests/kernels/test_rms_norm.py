@@ -14,7 +14,7 @@ import inspect
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
+from rapid_llm.kernels.registry import spec
 from tests.reference import oracle
 
 HAS_CUDA = torch.cuda.is_available()

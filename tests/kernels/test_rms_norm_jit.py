@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
+from rapid_llm.kernels.registry import spec
 from tests.reference import oracle
 
 needs_toolchain = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
@@ -50,7 +50,7 @@ def cuda_randn(*shape, dtype=torch.bfloat16, seed=0):
 
 @pytest.fixture(scope="module")
 def rows():
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels.build import jit
 
     avail = jit.available()
     if not avail:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels import spec
+from rapid_llm.kernels.registry import spec
 
 # Discover the shipped ops before importing a group's module: a group first imported outside
 # discovery declares its op outside the record that every test's fresh registry is built from.
@@ -243,7 +243,7 @@ def test_reference_sizes_map_to_tokens(n, tokens):
 
 @pytest.fixture(scope="module")
 def jit_rope():
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels.build import jit
 
     avail = jit.available()
     if not avail:

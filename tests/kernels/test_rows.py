@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels import platform, spec
-from rapid_llm.kernels.golden import verify
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.golden import verify
 
 HAS_CUDA = torch.cuda.is_available()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
+from rapid_llm.kernels.registry import spec
 from tests.kernels.scale_cases import DTYPES, FACTORS, SIZES, make_input
 from tests.reference import assert_close_to_ref, scale_ref
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def jit_scale():
     """Build once; a broken toolchain fails here, fast, with the compiler log."""
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels.build import jit
 
     avail = jit.available()
     if not avail:
@@ -59,7 +59,7 @@ def test_graph_capture_replays(jit_scale):
 
 def test_dispatch_on_bf16_runs_a_verified_row_and_says_where_figures_came_from():
     import rapid_llm.kernels as K
-    from rapid_llm.kernels.dispatch import explain
+    from rapid_llm.kernels.dispatch.dispatcher import explain
 
     x = torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)
     e = explain("scale", x)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
-from rapid_llm.kernels.dispatch import explain
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.dispatch.dispatcher import explain
 from tests.kernels.scale_cases import DTYPES, FACTORS, SIZES, make_input
 from tests.reference import assert_close_to_ref, scale_ref
 
@@ -14,7 +14,7 @@ scale_triton = pytest.importorskip("rapid_llm.kernels.ops.elementwise.scale_trit
 @pytest.fixture(autouse=True)
 def serve_interpreter():
     """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
-    from rapid_llm.kernels import triton_support
+    from rapid_llm.kernels.build import triton_support
 
     triton_support.serve_interpreter(True)
     yield

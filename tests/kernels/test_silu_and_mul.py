@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-from rapid_llm.kernels import spec
+from rapid_llm.kernels.registry import spec
 from tests.reference import oracle
 
 HAS_CUDA = torch.cuda.is_available()
@@ -203,7 +203,7 @@ needs_toolchain = pytest.mark.skipif(shutil.which("g++") is None or shutil.which
 @pytest.fixture(scope="module")
 def launcher_module():
     """The shipped .cu built by the fast path (host and device passes); its checks run without a GPU."""
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels.build import jit
 
     return jit.build_jit("silu_and_mul", "activation/silu_and_mul.cu", builder="fast").module
 
@@ -233,7 +233,7 @@ def test_launcher_refuses_mixed_dtypes(launcher_module):
 
 @pytest.fixture(scope="module")
 def jit_row():
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels.build import jit
 
     avail = jit.available()
     if not avail:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
-from rapid_llm.kernels import spec
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
 
 
 def _row(**kw):
@@ -143,7 +143,7 @@ def test_a_group_imported_before_the_first_lookup_is_in_every_fresh_registry():
     import sys
 
     code = ("import rapid_llm.kernels.ops.rope.rotary_embedding_reference\n"
-            "from rapid_llm.kernels import spec\n"
+            "from rapid_llm.kernels.registry import spec\n"
             "with spec.isolated(discover=True):\n"
             "    print('rotary_embedding' in spec.all_ops(), len(spec.rows_for('rotary_embedding')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from rapid_llm.kernels import jit, spec
+from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.registry import spec
 from rapid_llm.notebook import cell_rows
 from tests.jit_builders import GccBuilder, module_source
 

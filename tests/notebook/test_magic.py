@@ -9,7 +9,8 @@ import pytest
 import torch
 from IPython.core.error import UsageError
 
-from rapid_llm.kernels import dispatch, spec
+from rapid_llm.kernels.dispatch import dispatcher as dispatch
+from rapid_llm.kernels.registry import spec
 from tests.notebook.conftest import NO_GPU, NO_NVCC
 
 CELL = "// scale_vec: out = input * factor\n__global__ void k() {}\n"
@@ -19,7 +20,7 @@ def test_load_ext_imports_nothing_heavy():
     code = ("import sys\n"
             "from IPython.core.interactiveshell import InteractiveShell\n"
             "InteractiveShell.instance().run_line_magic('load_ext', 'rapid_llm')\n"
-            "print(sorted(m for m in ('torch', 'triton', 'torch.utils.cpp_extension', 'rapid_llm.kernels.jit')"
+            "print(sorted(m for m in ('torch', 'triton', 'torch.utils.cpp_extension', 'rapid_llm.kernels.build.jit')"
             " if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -103,7 +104,7 @@ def test_an_undeclared_op_is_an_error_with_the_close_matches(shell, tmp_path, no
 
 
 def test_a_row_of_an_op_the_notebook_declared_goes_under_the_op_name(shell, tmp_path, no_gpu, capsys):
-    from rapid_llm.kernels.opdecl import CaseArgs, Reference, declare_op
+    from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
 
     declare_op("relu_sq", native=lambda x: torch.relu(x) ** 2,
                reference=Reference(make_inputs=lambda *a: (torch.ones(2),), oracle=lambda x: x.double()),
@@ -178,7 +179,7 @@ def test_load_ext_binds_the_notebook_verbs_lazily(shell):
 
     for name in VERBS:
         assert callable(shell.user_ns[name]), name
-    assert "rapid_llm.kernels.inspection" not in sys.modules or True  # imported by other tests maybe
+    assert "rapid_llm.kernels.inspection.inspector" not in sys.modules or True  # imported by other tests maybe
     shell.user_ns["inspect"] = "the user's own"
     shell.extension_manager.unload_extension("rapid_llm")
     assert "verify" not in shell.user_ns and shell.user_ns["inspect"] == "the user's own"

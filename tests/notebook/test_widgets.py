@@ -9,9 +9,9 @@ import torch
 
 matplotlib.use("Agg")
 
-from rapid_llm.kernels import measurements  # noqa: E402
-from rapid_llm.kernels import spec  # noqa: E402
-from rapid_llm.kernels.golden import verify  # noqa: E402
+from rapid_llm.kernels.dispatch import measurements  # noqa: E402
+from rapid_llm.kernels.registry import spec  # noqa: E402
+from rapid_llm.kernels.verification.golden import verify  # noqa: E402
 from rapid_llm.notebook import widgets  # noqa: E402
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -92,7 +92,7 @@ def test_bench_plot_from_the_store(tmp_path):
 
 
 def test_bench_plot_explains_a_row_by_its_profile_too(tmp_path):
-    from rapid_llm.kernels.profiling import KernelProfile, Profile
+    from rapid_llm.kernels.inspection.profiling import KernelProfile, Profile
 
     measurements.record("scale", "native/scale", "cpu", "fp32", 1024, 1.0, gbps=8.0, roofline_fraction=0.4)
     k = KernelProfile("native/scale", "void at::vectorized_elementwise_kernel<8>(int)", "(128, 1, 1)", "(8, 1, 1)",
@@ -182,8 +182,8 @@ def test_the_extension_renders_core_objects_and_unloading_removes_it():
     """The core prints text; %load_ext rapid_llm gives Explanation its HTML and GoldenReport its widget."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from rapid_llm.kernels.dispatch import explain
-    from rapid_llm.kernels.golden import verify
+    from rapid_llm.kernels.dispatch.dispatcher import explain
+    from rapid_llm.kernels.verification.golden import verify
 
     shell = InteractiveShell.instance()
     shell.extension_manager.load_extension("rapid_llm")

@@ -1,7 +1,7 @@
 """Plain-torch variants of op scale with a defect that a Triton kernel cannot show, and the fixed one.
 
 Registered as ``external`` rows on CPU. Each is ``scale_<defect>(input, factor, out=None)``; the
-docstring names the ``verify`` defect kind that catches it (rapid_llm.kernels.defects.DEFECT_KINDS).
+docstring names the ``verify`` defect kind that catches it (rapid_llm.kernels.verification.defects.DEFECT_KINDS).
 """
 from __future__ import annotations
 

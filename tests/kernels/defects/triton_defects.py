@@ -2,7 +2,7 @@
 
 Each wrapper is ``scale_<defect>(input, factor, out=None)``, usable as a Triton row of scale on
 CUDA and on CPU under ``TRITON_INTERPRET=1``; the comment on each names its defect and the
-``verify`` defect kind that catches it (rapid_llm.kernels.defects.DEFECT_KINDS).
+``verify`` defect kind that catches it (rapid_llm.kernels.verification.defects.DEFECT_KINDS).
 """
 from __future__ import annotations
 

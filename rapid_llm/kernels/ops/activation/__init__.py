@@ -1,7 +1,7 @@
-"""Activation ops. Each is declared once here; its .cu rows declare themselves in kernels/csrc/activation/."""
-from rapid_llm.kernels.opdecl import declare_op
+"""Activation ops. Each is declared once here; its .cu rows declare themselves in kernels/shipped_cu/activation/."""
+from rapid_llm.kernels.registry.opdecl import declare_op
 from rapid_llm.kernels.ops.activation import silu_and_mul_reference
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 declare_op(
     "silu_and_mul",
@@ -27,7 +27,7 @@ declare_op(
             op="silu_and_mul",
             backend="triton",
             target="rapid_llm.kernels.ops.activation.silu_and_mul_triton:silu_and_mul",
-            available="rapid_llm.kernels.triton_support:available",
+            available="rapid_llm.kernels.build.triton_support:available",
             dtypes=("bf16", "fp16", "fp32"),
             devices=("cuda", "cpu"),
             # On a GPU the same fp32 recipe as torch (libdevice expf, IEEE division): no difference. In the

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.defects import output_like
-from rapid_llm.kernels.opdecl import CaseArgs, Reference
+from rapid_llm.kernels.verification.defects import output_like
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 
 #: The benchmark's intermediate size (Llama-3-8B / Mixtral MLP): x is [T, 2 * 14336].
 BENCH_INNER = 14336
@@ -101,7 +101,7 @@ def oracle(x: torch.Tensor) -> torch.Tensor:
 
 
 def call(fn, x: torch.Tensor) -> torch.Tensor:
-    """Call through a poisoned ``out=`` (rapid_llm.kernels.defects.output_like): an unwritten element shows."""
+    """Call through a poisoned ``out=`` (rapid_llm.kernels.verification.defects.output_like): an unwritten element shows."""
     out = output_like(x, (*x.shape[:-1], x.shape[-1] // 2))
     fn(x, out=out)
     return out

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from rapid_llm.kernels.spec import row_stride
+from rapid_llm.kernels.registry.spec import row_stride
 
 #: Elements per program: a long row is split in BLOCK-wide chunks, short rows are stacked ROWS high.
 TILE = 2048

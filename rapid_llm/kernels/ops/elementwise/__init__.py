@@ -1,7 +1,7 @@
-"""Elementwise ops. Each is declared once here; its .cu rows declare themselves in kernels/csrc/elementwise/."""
-from rapid_llm.kernels.opdecl import declare_op
+"""Elementwise ops. Each is declared once here; its .cu rows declare themselves in kernels/shipped_cu/elementwise/."""
+from rapid_llm.kernels.registry.opdecl import declare_op
 from rapid_llm.kernels.ops.elementwise import scale_reference
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 declare_op(
     "scale",
@@ -26,7 +26,7 @@ declare_op(
             op="scale",
             backend="triton",
             target="rapid_llm.kernels.ops.elementwise.scale_triton:scale",
-            available="rapid_llm.kernels.triton_support:available",
+            available="rapid_llm.kernels.build.triton_support:available",
             dtypes=("bf16", "fp16", "fp32"),
             devices=("cuda", "cpu"),
             golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/scale"),

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.defects import output_like
-from rapid_llm.kernels.opdecl import CaseArgs, Reference
+from rapid_llm.kernels.verification.defects import output_like
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 
 #: Not a power of two: a power of two only shifts the exponent, so rounding bugs would hide.
 FACTOR = 1.7
@@ -47,7 +47,7 @@ def oracle(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 def call(fn, x: torch.Tensor, factor: float) -> torch.Tensor:
-    """Call through a poisoned ``out=`` (rapid_llm.kernels.defects.output_like): an unwritten element shows."""
+    """Call through a poisoned ``out=`` (rapid_llm.kernels.verification.defects.output_like): an unwritten element shows."""
     out = output_like(x)
     fn(x, factor, out=out)
     return out

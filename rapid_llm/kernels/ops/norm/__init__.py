@@ -1,8 +1,8 @@
 """Row-wise normalisations over the hidden dim. Each op is declared once here; its .cu rows declare
-themselves in kernels/csrc/norm/."""
-from rapid_llm.kernels.opdecl import declare_op
+themselves in kernels/shipped_cu/norm/."""
+from rapid_llm.kernels.registry.opdecl import declare_op
 from rapid_llm.kernels.ops.norm import fused_add_rms_norm_reference, rms_norm_reference
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 _PACKAGE = "rapid_llm.kernels.ops.norm"
 _DTYPES = ("bf16", "fp16", "fp32")
@@ -30,7 +30,7 @@ def _rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
             op=op,
             backend="triton",
             target=f"{_PACKAGE}.{op}_triton:{op}",
-            available="rapid_llm.kernels.triton_support:available",
+            available="rapid_llm.kernels.build.triton_support:available",
             dtypes=_DTYPES,
             devices=("cuda", "cpu"),
             golden=GoldenRecord(verified=True, max_abs_diff=_TRITON_PER_DTYPE[0][1], baseline=f"native/{op}",

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.defects import copy_for_row
-from rapid_llm.kernels.opdecl import CaseArgs, Reference
+from rapid_llm.kernels.verification.defects import copy_for_row
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 from rapid_llm.kernels.ops.norm import rms_norm_reference as rms
 
 EPS = rms.EPS

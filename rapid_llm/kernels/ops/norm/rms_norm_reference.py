@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.defects import output_like
-from rapid_llm.kernels.opdecl import CaseArgs, Reference
+from rapid_llm.kernels.verification.defects import output_like
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 
 #: The benchmark's hidden size (the issue's shapes: bf16, H = 4096, T = 1 .. 16384).
 BENCH_HIDDEN = 4096
@@ -130,7 +130,7 @@ def oracle(x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Ten
 
 
 def call(fn, x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """Call through a poisoned ``out=`` (rapid_llm.kernels.defects.output_like): an unwritten element shows."""
+    """Call through a poisoned ``out=`` (rapid_llm.kernels.verification.defects.output_like): an unwritten element shows."""
     out = output_like(x)
     fn(x, weight, eps, out=out)
     return out

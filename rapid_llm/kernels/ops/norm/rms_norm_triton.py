@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from rapid_llm.kernels.ops.norm.rms_norm_native import check_weight
-from rapid_llm.kernels.spec import row_stride
+from rapid_llm.kernels.registry.spec import row_stride
 
 #: The widest row kept whole in registers (one pass); a wider one is read twice, in CHUNK-element pieces.
 MAX_ONE_PASS = 16384

@@ -1,7 +1,7 @@
-"""Rotary position embedding. Declared once here; its .cu row declares itself in kernels/csrc/rope/."""
-from rapid_llm.kernels.opdecl import declare_op
+"""Rotary position embedding. Declared once here; its .cu row declares itself in kernels/shipped_cu/rope/."""
+from rapid_llm.kernels.registry.opdecl import declare_op
 from rapid_llm.kernels.ops.rope import rotary_embedding_reference
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 declare_op(
     "rotary_embedding",
@@ -28,7 +28,7 @@ declare_op(
             op="rotary_embedding",
             backend="triton",
             target="rapid_llm.kernels.ops.rope.rotary_embedding_triton:rotary_embedding",
-            available="rapid_llm.kernels.triton_support:available",
+            available="rapid_llm.kernels.build.triton_support:available",
             dtypes=("bf16", "fp16", "fp32"),
             devices=("cuda", "cpu"),
             golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/rotary_embedding"),

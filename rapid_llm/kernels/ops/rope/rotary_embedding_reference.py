@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.defects import copy_for_row
-from rapid_llm.kernels.opdecl import CaseArgs, Reference
+from rapid_llm.kernels.verification.defects import copy_for_row
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 
 #: The bench shape: a 32-query-head, 8-key-head model with head_size 128 (a Llama-3-8B layer), full neox rotary.
 BENCH_HEAD_SIZE = 128

@@ -1,6 +1,6 @@
 """A .cu file is a row: the generic JIT target, and rows that .cu files declare about themselves.
 
-A shipped source under ``kernels/csrc/<group>/`` becomes a row by carrying one
+A shipped source under ``kernels/shipped_cu/<group>/`` becomes a row by carrying one
 line, written by ``promote()`` (or by hand)::
 
     // rapid_llm row: {"name": "jit/scale", "op": "scale", "fn": "scale_vec", "dtypes": ["bf16", "fp16", "fp32"],
@@ -27,8 +27,8 @@ from typing import Any, Callable
 import torch
 
 from rapid_llm.kernels import platform
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
 
 __all__ = ["JitRow", "OUT_RULES", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
            "source_digest", "remember_verification", "recall_verification"]
@@ -78,7 +78,7 @@ class JitRow:
         if self.not_built is not None:
             raise RuntimeError(f"{self.source.name} cannot run on this machine: {self.not_built}")
         if self._launcher is None:
-            from rapid_llm.kernels.jit import load_jit
+            from rapid_llm.kernels.build.jit import load_jit
 
             module = load_jit(self.source.stem, str(self.source), extra_cuda_cflags=self.flags)
             try:
@@ -97,14 +97,14 @@ class JitRow:
         return (self._bound or self.bound())(*args, **kwargs)
 
     def __repr__(self) -> str:
-        shown = self.source.relative_to(platform.CSRC) if self.source.is_relative_to(platform.CSRC) else self.source.name
+        shown = self.source.relative_to(platform.SHIPPED_CU) if self.source.is_relative_to(platform.SHIPPED_CU) else self.source.name
         return f"JitRow({str(shown)!r}, {self.fn!r})"
 
 
 def _bind(launcher: Callable[..., Any], name: str, rule: str) -> Callable[..., Any]:
     """``launcher`` behind its out rule: fastcall's OutFirst where the binding builds, else the same in Python."""
     try:
-        from rapid_llm.kernels.fastpath.binding import fastcall
+        from rapid_llm.kernels.build.fastpath.binding import fastcall
 
         return fastcall().OutFirst(launcher, name, OUT_RULES[rule])
     except (ImportError, RuntimeError, OSError):  # no compiler here, or a torch without the exchange API
@@ -160,7 +160,7 @@ def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
     return KernelSpec(
         name=fields["name"], op=fields["op"], backend="jit",
         target=JitRow(source, fields["fn"], out=fields.get("out", "like_input")),
-        available="rapid_llm.kernels.jit:available", dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))),
+        available="rapid_llm.kernels.build.jit:available", dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))),
         devices=("cuda",),
         golden=GoldenRecord(verified=bool(golden.get("verified", False)), max_abs_diff=golden.get("max_abs_diff"),
                             baseline=golden.get("baseline"), per_dtype=per_dtype),
@@ -195,7 +195,7 @@ def recall_verification(digest: str) -> GoldenRecord | None:
 
 def register_cu_rows(root: Path | None = None) -> list[KernelSpec]:
     """Register every row that a .cu file under ``root`` (default: the shipped sources) declares."""
-    root = platform.CSRC if root is None else root
+    root = platform.SHIPPED_CU if root is None else root
     out = []
     for path in sorted(root.glob("*/*.cu")):
         fields = read_header(path.read_text(errors="replace"), str(path))

@@ -1,6 +1,6 @@
-"""The child side of rapid_llm.kernels.profiling: rebuild the rows, call each in its NVTX range for ncu.
+"""The child side of rapid_llm.kernels.inspection.profiling: rebuild the rows, call each in its NVTX range for ncu.
 
-    ncu --profile-from-start off --nvtx ... python -m rapid_llm.kernels.profile_child JOB.json
+    ncu --profile-from-start off --nvtx ... python -m rapid_llm.kernels.inspection.profile_child JOB.json
 
 The warm-up calls (builds, Triton compiles, allocator growth) run before the
 profiler starts, so ncu sees exactly one call of each row and one copy.
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rapid_llm.kernels.isolate import RESULT_MARK
-from rapid_llm.kernels.profiling import COPY_RANGE, RANGE_PREFIX
+from rapid_llm.kernels.verification.isolate import RESULT_MARK
+from rapid_llm.kernels.inspection.profiling import COPY_RANGE, RANGE_PREFIX
 
 
 def _bytes_of(args: tuple, kwargs: dict[str, Any], result: Any) -> int:
@@ -29,8 +29,8 @@ def _bytes_of(args: tuple, kwargs: dict[str, Any], result: Any) -> int:
 def main(job_path: str) -> int:
     import torch
 
-    from rapid_llm.kernels import spec
-    from rapid_llm.kernels.isolate_child import register
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.verification.isolate_child import register
 
     job = json.loads(Path(job_path).read_text())
     names = [register(r) for r in job["recipes"]]

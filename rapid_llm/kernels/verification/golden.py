@@ -39,12 +39,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from rapid_llm.kernels import defects as _defects
+from rapid_llm.kernels.verification import defects as _defects
 from rapid_llm.kernels import platform
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.defects import Defect
-from rapid_llm.kernels.opdecl import Reference
-from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.verification.defects import Defect
+from rapid_llm.kernels.registry.opdecl import Reference
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 __all__ = [
     "Defect",
@@ -135,6 +135,7 @@ class DtypeResult:
     diff_sample: torch.Tensor | None = field(default=None, repr=False, compare=False)
     defects: tuple[Defect, ...] = ()
     deterministic: bool | None = None  # bitwise equal over two runs on one input (None: not run)
+    notes: tuple[str, ...] = ()  # what an op's own comparison rule reports (Reference.compare.summary)
 
     @property
     def worst_element(self) -> ElementDiff | None:
@@ -187,7 +188,7 @@ class GoldenReport:
     device: str
     results: tuple[DtypeResult, ...]
     record: GoldenRecord
-    findings: tuple[Any, ...] = ()  # compute-sanitizer reports (rapid_llm.kernels.isolate.SanitizerFinding)
+    findings: tuple[Any, ...] = ()  # compute-sanitizer reports (rapid_llm.kernels.verification.isolate.SanitizerFinding)
     notes: tuple[str, ...] = ()     # how the checks ran: in a child process, under which sanitizer tools
 
     @property
@@ -196,12 +197,13 @@ class GoldenReport:
 
     @property
     def defects(self) -> tuple[Defect, ...]:
-        """Every defect found, over all dtypes (rapid_llm.kernels.defects.DEFECT_KINDS says what each kind is)."""
+        """Every defect found, over all dtypes (rapid_llm.kernels.verification.defects.DEFECT_KINDS says what each kind is)."""
         return tuple(d for r in self.results for d in r.defects)
 
     def defect_lines(self) -> list[str]:
         """One line per defect, then whether the row is deterministic: what the table does not show."""
         lines = [f"defect {d}" for d in self.defects] + [f"sanitizer {f}" for f in self.findings] + list(self.notes)
+        lines += [f"{r.dtype}: {note}" for r in self.results for note in r.notes]
         runs = {r.dtype: r.deterministic for r in self.results if r.deterministic is not None}
         if runs:
             same = [d for d, v in runs.items() if v]
@@ -295,12 +297,13 @@ class _Acc:
     bad: int = 0
     worst: list[ElementDiff] = field(default_factory=list)
     samples: list[torch.Tensor] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # kept by an op's own comparison rule
     error: str | None = None
 
 
 def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor, base: torch.Tensor | None,
                   dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool,
-                  magnitude: torch.Tensor | None = None) -> int:
+                  magnitude: torch.Tensor | None = None, args64: tuple = ()) -> int:
     if got.shape != exact.shape:
         raise GoldenError(f"case {label}: row returned shape {tuple(got.shape)}, expected {tuple(exact.shape)}")
     scale = exact.abs() if magnitude is None else torch.maximum(exact.abs(), magnitude.to(exact.device))
@@ -308,7 +311,10 @@ def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor,
     got64 = got.to(torch.float64)
     exact_rounded = exact.to(dtype).to(torch.float64)
     d = _abs_diff(got64, exact, exact_rounded)
-    if abs_tol is not None:
+    if ref.compare is not None:  # the op's own rule (verification.compare_modes): quantised values, special values
+        d, allowed, scale = ref.compare.errors(got64, exact, args64, acc.counts)
+        base_sets_bar = False
+    elif abs_tol is not None:
         allowed = torch.full_like(d, abs_tol)
     else:
         allowed = ref.ulps * info.eps * scale.nan_to_num(posinf=0.0) + info.tiny
@@ -385,7 +391,7 @@ def _tensor_bytes(args: Sequence[Any]) -> int:
 
 def _run_on_side_stream(call: Callable, fn: Callable, args: tuple, device: torch.device) -> tuple[Any, tuple]:
     """Run ``call(fn, *args)`` on a fresh current stream whose inputs are produced there behind a delay;
-    read the result after synchronising that stream only (see rapid_llm.kernels.defects)."""
+    read the result after synchronising that stream only (see rapid_llm.kernels.verification.defects)."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -418,7 +424,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
     tdtype = platform.torch_dtype(dtype)
     call = ref.call or (lambda f, *a: f(*a))
     abs_tol = _abs_tolerance(tolerance, dtype)
-    rule = (f"|diff| <= {abs_tol:g}" if abs_tol is not None else
+    rule = (ref.compare.rule if ref.compare is not None else f"|diff| <= {abs_tol:g}" if abs_tol is not None else
             f"|diff| <= max({ref.baseline_factor:g} x baseline error, {ref.ulps:g} eps m + tiny) per element, "
             f"m = {'|exact|' if ref.magnitude is None else 'max(|exact|, the op magnitude)'}")
     cases = reference_cases(row.op, tdtype, device, sizes)
@@ -448,7 +454,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
             break
         base_out = call(base_fn, *args) if base_fn is not None else None
         bad = _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name,
-                            magnitude)
+                            magnitude, args64)
         unwritten = _defects.unwritten_count(got, exact)
         if unwritten:
             defects_here.append(("unwritten", f"{unwritten} of {got.numel()} result elements still hold the poison "
@@ -457,7 +463,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
             again = call(fn, *args)
             torch.cuda.synchronize(device)
             if _compare_case(_Acc(), label, again, exact, base_out, tdtype, ref, abs_tol, 1, base.name != row.name,
-                             magnitude) == 0 and not _defects.unwritten_count(again, exact):
+                             magnitude, args64) == 0 and not _defects.unwritten_count(again, exact):
                 # the cause, not its symptom: the result was read before the row's work on another stream ended
                 defects_here = [d for d in defects_here if d[0] != "unwritten"]
                 defects_here.append(("other_stream", "wrong when its inputs are produced on the current stream "
@@ -484,7 +490,8 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
                            rule, acc.error, defects=tuple(found))
     sample = torch.cat(acc.samples) if acc.samples else torch.zeros(0, dtype=torch.float64)
     return DtypeResult(dtype, acc.bad == 0 and not found, acc.max_abs, acc.max_rel, acc.vs_base, acc.base_err, acc.n,
-                       acc.bad, tuple(acc.worst), rule, None, sample, tuple(found), deterministic)
+                       acc.bad, tuple(acc.worst), rule, None, sample, tuple(found), deterministic,
+                       ref.compare.summary(acc.counts) if ref.compare is not None else ())
 
 
 def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = None,
@@ -506,7 +513,7 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     process) first runs the checks in a child process, so a crash or a hang
     marks the row broken instead of taking this process down;
     ``sanitize=True`` also runs them under compute-sanitizer's four tools, or
-    under the ones named (``sanitize=("racecheck",)``; rapid_llm.kernels.isolate).
+    under the ones named (``sanitize=("racecheck",)``; rapid_llm.kernels.verification.isolate).
     """
     row = _spec.get_row(row_name)
     ref = get_reference(row.op)
@@ -514,10 +521,10 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     base = _baseline(row)
     findings, notes = (), []
     if sanitize or isolate or (dev.type == "cuda" and _should_isolate(row, isolate)):
-        from rapid_llm.kernels import isolate as _isolate
+        from rapid_llm.kernels.verification import isolate as _isolate
 
-        from rapid_llm.kernels.jit_row import JitRow
-        from rapid_llm.kernels.opsource import ExportError
+        from rapid_llm.kernels.build.jit_row import JitRow
+        from rapid_llm.kernels.registry.opsource import ExportError
 
         try:
             job = _isolate.recipe(row)
@@ -568,7 +575,7 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
         _spec.update_golden(row.name, golden)
         digest = getattr(row.target, "digest", None)  # a %%cuda_jit row: remembered across kernel restarts
         if passed and digest:
-            from rapid_llm.kernels.jit_row import remember_verification
+            from rapid_llm.kernels.build.jit_row import remember_verification
 
             remember_verification(digest, golden)
     return GoldenReport(row.name, row.op, base.name, str(dev), results, golden, findings, tuple(notes))
@@ -585,7 +592,7 @@ def _isolation_key(row: KernelSpec) -> str:
 def _should_isolate(row: KernelSpec, isolate: bool | None) -> bool:
     if isolate is not None:
         return isolate
-    from rapid_llm.kernels.jit_row import JitRow
+    from rapid_llm.kernels.build.jit_row import JitRow
 
     return (isinstance(row.target, JitRow) and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0"
             and _isolation_key(row) not in _ISOLATED)

@@ -3,10 +3,10 @@
 Builders are pluggable (:class:`Builder`). A source that includes torch's
 headers (or defines a ``PYBIND11_MODULE``) builds through torch's
 ``cpp_extension``, as the seed tutorial says; any other source builds through
-the fast path (:mod:`rapid_llm.kernels.fastpath`), which compiles host and
+the fast path (:mod:`rapid_llm.kernels.build.fastpath`), which compiles host and
 device code separately without torch headers, in well under a second. Every
 build goes through the content-keyed, kill-safe cache of
-:mod:`rapid_llm.kernels.jit_cache`.
+:mod:`rapid_llm.kernels.build.cache`.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Sequence
 
-from rapid_llm.kernels.jit_cache import (
-    CSRC,
+from rapid_llm.kernels.build.cache import (
+    SHIPPED_CU,
     BuildError,
     Builder,
     BuildRequest,
@@ -39,10 +39,10 @@ from rapid_llm.kernels.jit_cache import (
     resolve_source,
     target_arch,
 )
-from rapid_llm.kernels.spec import Availability
+from rapid_llm.kernels.registry.spec import Availability
 
 if TYPE_CHECKING:
-    from rapid_llm.kernels.fastpath.compile_check import CompileReport
+    from rapid_llm.kernels.build.fastpath.compile_check import CompileReport
 
 __all__ = [
     "available",
@@ -63,7 +63,7 @@ __all__ = [
     "module_name",
     "target_arch",
     "cache_root",
-    "CSRC",
+    "SHIPPED_CU",
 ]
 
 #: What marks a source for torch's loader: its headers, or a pybind11 module.
@@ -104,7 +104,7 @@ class TorchExtensionBuilder:
                 name=mod_name,
                 sources=[str(request.source)],
                 extra_cuda_cflags=list(request.extra_cuda_cflags),
-                extra_include_paths=[str(CSRC)],  # "common/checks.cuh" resolves from any source
+                extra_include_paths=[str(SHIPPED_CU)],  # "common/checks.cuh" resolves from any source
                 build_directory=str(request.build_dir),
                 verbose=request.verbose,
                 is_python_module=False,
@@ -123,7 +123,7 @@ class TorchExtensionBuilder:
 
 
 def _fast_builder() -> Builder:
-    from rapid_llm.kernels.fastpath.builder import FastBuilder
+    from rapid_llm.kernels.build.fastpath.builder import FastBuilder
 
     return FastBuilder()
 
@@ -198,7 +198,7 @@ def compile_check(source: str | os.PathLike, archs: Sequence[str] | None = None,
     only torch's ``cpp_extension`` builds it, a minute a build, against a CUDA torch.
     """
     from rapid_llm.kernels import platform
-    from rapid_llm.kernels.fastpath.compile_check import check_fast_source
+    from rapid_llm.kernels.build.fastpath.compile_check import check_fast_source
 
     path = resolve_source(source)
     if default_builder(path) != "fast":
@@ -249,6 +249,6 @@ def can_compile(source: str | os.PathLike, builder: str | None = None) -> Availa
 
 def target_arch_name() -> str:
     """The GPU architecture builds here target, as ``sm_90a`` (the device's, else TORCH_CUDA_ARCH_LIST's)."""
-    from rapid_llm.kernels.fastpath.device import arch_name
+    from rapid_llm.kernels.build.fastpath.device import arch_name
 
     return arch_name(target_arch())

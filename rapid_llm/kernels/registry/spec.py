@@ -9,8 +9,8 @@ can register a function it just defined.
 
 The registry finds the shipped ops itself: on the first lookup it imports every
 group package under ``rapid_llm.kernels.ops`` (each declares its ops with
-:func:`rapid_llm.kernels.opdecl.declare_op`) and registers every ``.cu`` file
-under ``kernels/csrc/`` that declares a row (:mod:`rapid_llm.kernels.jit_row`).
+:func:`rapid_llm.kernels.registry.opdecl.declare_op`) and registers every ``.cu`` file
+under ``kernels/shipped_cu/`` that declares a row (:mod:`rapid_llm.kernels.build.jit_row`).
 There is no central list of ops, groups or references. Every lookup sees the
 shipped rows; :func:`isolated` gives a test a registry of its own.
 """
@@ -310,8 +310,8 @@ _listeners: list[Callable[[], None]] = []
 #: The package whose sub-packages are op groups.
 OPS_PACKAGE = "rapid_llm.kernels.ops"
 #: Run after the groups are imported, as lazy references like any row target: rows found elsewhere
-#: (the .cu files under kernels/csrc that declare a row).
-DISCOVERERS = ("rapid_llm.kernels.jit_row:register_cu_rows",)
+#: (the .cu files under kernels/shipped_cu that declare a row).
+DISCOVERERS = ("rapid_llm.kernels.build.jit_row:register_cu_rows",)
 
 
 #: What importing the op groups declared and registered, replayed into every later registry
@@ -481,7 +481,7 @@ def all_ops() -> list[str]:
 
 
 def declare(decl: Any, *, replace: bool = False) -> None:
-    """Store an op's declaration (its reference and benchmark case); see rapid_llm.kernels.opdecl."""
+    """Store an op's declaration (its reference and benchmark case); see rapid_llm.kernels.registry.opdecl."""
     _discover()
     with _lock:
         if decl.name in _state.decls and not replace:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from rapid_llm.kernels.fastpath import builder
+from rapid_llm.kernels.build.fastpath import builder
 
 __all__ = ["CompileReport", "check_fast_source"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-from rapid_llm.kernels import buildfacts
-from rapid_llm.kernels.fastpath import device, symbols
+from rapid_llm.kernels.build import buildfacts
+from rapid_llm.kernels.build.fastpath import device, symbols
 
 __all__ = ["FastBuilder", "HOST_FLAGS", "host_pass", "device_pass", "link", "host_support", "warm"]
 
@@ -42,14 +42,14 @@ def _stub_source(cubin: Path, kernels: list[str]) -> str:
 
 def warm(cxx: str | None = None) -> None:
     """Make the one-off, machine-wide builds now (host support, call binding), not inside a timed build."""
-    from rapid_llm.kernels.fastpath.binding import fastcall
+    from rapid_llm.kernels.build.fastpath.binding import fastcall
 
     host_support(cxx or os.environ.get("CXX", _tool("g++")))
     fastcall()
 
 
 def _warm_binding() -> None:
-    from rapid_llm.kernels.fastpath.binding import fastcall
+    from rapid_llm.kernels.build.fastpath.binding import fastcall
 
     try:
         fastcall()
@@ -65,16 +65,16 @@ def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
     (cached like any build) instead. Without a usable PCH the source simply
     includes the header itself.
     """
-    from rapid_llm.kernels.jit_cache import cache_root
+    from rapid_llm.kernels.build.cache import cache_root
 
     return _host_support(cxx, cache_root())
 
 
 @functools.cache
 def _host_support(cxx: str, root: Path) -> tuple[tuple[str, ...], Path]:
-    from rapid_llm.kernels.jit_cache import CSRC, BuildRequest, build_binary
+    from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildRequest, build_binary
 
-    common = CSRC / "common"
+    common = SHIPPED_CU / "common"
     h = hashlib.sha256()
     for name in ("rapid_llm.cuh", "rapid_llm_abi.h", "rapid_llm_runtime.cpp"):
         h.update((common / name).read_bytes())
@@ -95,9 +95,9 @@ class _HostSupportBuilder:
         self.cxx = cxx
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit_cache import CSRC, BuildError
+        from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
-        common = CSRC / "common"
+        common = SHIPPED_CU / "common"
         runtime = request.build_dir / "rapid_llm_runtime.o"
         cmd = [self.cxx, *HOST_FLAGS, f"-I{common}", "-c", str(common / "rapid_llm_runtime.cpp"), "-o", str(runtime)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -106,7 +106,7 @@ class _HostSupportBuilder:
                              source=common / "rapid_llm_runtime.cpp")
         wrapper = request.build_dir / "rapid_llm_pch.h"
         wrapper.write_text('#include "common/rapid_llm.cuh"\n')
-        subprocess.run([self.cxx, *HOST_FLAGS, f"-I{CSRC}", f"-I{common}", "-x", "c++-header", str(wrapper),
+        subprocess.run([self.cxx, *HOST_FLAGS, f"-I{SHIPPED_CU}", f"-I{common}", "-x", "c++-header", str(wrapper),
                         "-o", str(wrapper) + ".gch"], capture_output=True, text=True)  # optional: a speed-up only
         return runtime
 
@@ -120,7 +120,7 @@ def _tool(name: str) -> str:
 
 def _runner(src: Path, verbose: bool):
     """Run one compiler command; a failure is a BuildError carrying the compiler's own log (file:line kept)."""
-    from rapid_llm.kernels.jit_cache import BuildError
+    from rapid_llm.kernels.build.cache import BuildError
 
     env = dict(os.environ, LC_ALL="C")
 
@@ -142,9 +142,9 @@ def host_pass(src: Path, out_dir: Path, flags: Sequence[str] = (),
 
     The host pass is the same for every GPU architecture: one pass serves them all.
     """
-    from rapid_llm.kernels.jit_cache import CSRC
+    from rapid_llm.kernels.build.cache import SHIPPED_CU
 
-    includes = [f"-I{CSRC}", f"-I{CSRC / 'common'}", f"-I{src.parent}"]
+    includes = [f"-I{SHIPPED_CU}", f"-I{SHIPPED_CU / 'common'}", f"-I{src.parent}"]
     shared = [f for f in flags if f.startswith(_SHARED_FLAG_PREFIXES)]
     cxx = os.environ.get("CXX", _tool("g++"))
     host_obj = out_dir / "host.o"
@@ -157,11 +157,11 @@ def host_pass(src: Path, out_dir: Path, flags: Sequence[str] = (),
 def device_pass(src: Path, kernels: list[symbols.KernelRef], capability: str, out_dir: Path,
                 flags: Sequence[str] = (), compiler: str | None = None, verbose: bool = False) -> device.DeviceCode:
     """``src``'s device code for one architecture ("9.0"), checked against the kernels the host code launches."""
-    from rapid_llm.kernels.jit_cache import CSRC, BuildError
+    from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
     arch = device.arch_name(capability)
     try:
-        code = device.compile_device(src, kernels, arch, flags, [CSRC, CSRC / "common"], work_dir=out_dir,
+        code = device.compile_device(src, kernels, arch, flags, [SHIPPED_CU, SHIPPED_CU / "common"], work_dir=out_dir,
                                      compiler=compiler)
     except device.DeviceCompileError as exc:
         raise BuildError(f"building {src.name} failed in the device pass for {arch}: {exc}\n{exc.log}",
@@ -175,7 +175,7 @@ def device_pass(src: Path, kernels: list[symbols.KernelRef], capability: str, ou
 def link(name: str, src: Path, out_dir: Path, host_obj: Path, code: device.DeviceCode,
          kernels: list[symbols.KernelRef], verbose: bool = False) -> Path:
     """The module's shared object: host code, host runtime, and the kernel table with the cubin embedded."""
-    from rapid_llm.kernels.jit_cache import CSRC
+    from rapid_llm.kernels.build.cache import SHIPPED_CU
 
     _, runtime = host_support(os.environ.get("CXX", _tool("g++")))
     cubin = out_dir / "kernels.cubin"
@@ -183,7 +183,7 @@ def link(name: str, src: Path, out_dir: Path, host_obj: Path, code: device.Devic
     stub = out_dir / "kernel_table.c"
     stub.write_text(_stub_source(cubin, [k.symbol for k in kernels]))
     so = out_dir / f"{name}.so"
-    _runner(src, verbose)([os.environ.get("CC", _tool("gcc")), "-shared", "-fPIC", f"-I{CSRC / 'common'}",
+    _runner(src, verbose)([os.environ.get("CC", _tool("gcc")), "-shared", "-fPIC", f"-I{SHIPPED_CU / 'common'}",
                            str(host_obj), str(runtime), str(stub), "-lstdc++", "-Wl,--no-undefined", "-o", str(so)],
                           "link")
     return so
@@ -200,7 +200,7 @@ class FastBuilder:
         self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit_cache import target_arch
+        from rapid_llm.kernels.build.cache import target_arch
 
         src, out_dir, flags, verbose = request.source, request.build_dir, request.extra_cuda_cflags, request.verbose
         binding = threading.Thread(target=_warm_binding, daemon=True)
@@ -216,8 +216,8 @@ class FastBuilder:
 
     @staticmethod
     def load(request, so: Path) -> ModuleType:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.fastpath.binding import load_module
-        from rapid_llm.kernels.jit_cache import module_name
+        from rapid_llm.kernels.build.fastpath.binding import load_module
+        from rapid_llm.kernels.build.cache import module_name
 
         module = load_module(so, module_name(request))
         module.__build_facts__ = buildfacts.read_facts(so.parent / buildfacts.FACTS_FILE) or {}
@@ -225,7 +225,7 @@ class FastBuilder:
 
 
 def _check_agreement(kernels: list[symbols.KernelRef], code: device.DeviceCode, src: Path, arch: str) -> None:
-    from rapid_llm.kernels.jit_cache import BuildError
+    from rapid_llm.kernels.build.cache import BuildError
 
     problems = []
     for k in kernels:

@@ -5,7 +5,7 @@ import importlib.util
 import os
 from typing import Any
 
-from rapid_llm.kernels.spec import Availability
+from rapid_llm.kernels.registry.spec import Availability
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -28,7 +28,7 @@ def serve_interpreter(enabled: bool | None = True) -> None:
     """
     global _serve
     _serve = enabled
-    from rapid_llm.kernels import spec
+    from rapid_llm.kernels.registry import spec
 
     spec.touch()  # dispatch re-resolves
 
@@ -40,7 +40,7 @@ def serves_interpreter() -> bool:
 
 
 INTERPRETER_REASON = ("Triton's CPU interpreter checks kernels, it does not serve calls "
-                      "(rapid_llm.kernels.triton_support.serve_interpreter() or RAPID_LLM_SERVE_INTERPRETER=1 to use it)")
+                      "(rapid_llm.kernels.build.triton_support.serve_interpreter() or RAPID_LLM_SERVE_INTERPRETER=1 to use it)")
 
 
 def available(device: Any = None) -> Availability:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import KernelSpec, RegistryError
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError
 
 __all__ = ["CaseArgs", "Reference", "OpDecl", "declare_op", "get_decl"]
 
@@ -51,7 +51,9 @@ class Reference:
     ``|exact|`` is far below the rounding of its terms: the sum of the terms'
     magnitudes (a rotation ``|x cos| + |y sin|``, GELU-tanh ``|x/2| +
     |x/2 tanh(u)|``). The tolerance rule and its
-    ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.golden.
+    ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.verification.golden.
+    ``compare`` replaces that rule for a result it cannot judge (quantised values
+    and their scales, special values): see rapid_llm.kernels.verification.compare_modes.
     """
 
     make_inputs: Callable[..., tuple]
@@ -61,12 +63,17 @@ class Reference:
     ulps: float = 2.0
     baseline_factor: float = 2.0
     magnitude: Callable[..., Any] | None = None
+    compare: Any = None
 
     def __post_init__(self) -> None:
         for name in ("make_inputs", "oracle", "call", "edge_cases", "magnitude"):
             fn = getattr(self, name)
             if fn is not None and not callable(fn):
                 raise RegistryError(f"Reference.{name} must be callable, got {type(fn).__name__}")
+        if self.compare is not None and not (callable(getattr(self.compare, "errors", None))
+                                             and callable(getattr(self.compare, "summary", None))):
+            raise RegistryError("Reference.compare must have errors() and summary() "
+                                "(rapid_llm.kernels.verification.compare_modes)")
         if not self.ulps > 0 or not self.baseline_factor >= 1:
             raise RegistryError("Reference: need ulps > 0 and baseline_factor >= 1")
 
@@ -104,7 +111,7 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     notebook that declares an op the library ships replaces the library's
     rows of it too (until the next process), keeping rows it registered.
 
-    The op becomes ``torch.ops.rapid_llm.<name>`` too (rapid_llm.kernels.custom_ops),
+    The op becomes ``torch.ops.rapid_llm.<name>`` too (rapid_llm.kernels.dispatch.custom_ops),
     its schema derived from one native call on ``make_inputs``'s example, or
     ``schema`` (``"(Tensor x, float eps) -> Tensor"``) where that cannot run.
     """
@@ -133,7 +140,7 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     _spec.declare(decl, replace=replace)
     for row in all_rows:
         _spec.register(row, replace=replace)
-    from rapid_llm.kernels import custom_ops  # torch.library registration: at declaration, never at import
+    from rapid_llm.kernels.dispatch import custom_ops  # torch.library registration: at declaration, never at import
 
     custom_ops.register(decl)
     return decl

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from rapid_llm.kernels.fastpath.symbols import KernelRef, cubin_functions
+from rapid_llm.kernels.build.fastpath.symbols import KernelRef, cubin_functions
 
 __all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "cuda_home", "arch_name"]
 
@@ -44,7 +44,7 @@ class DeviceCode:
 @functools.cache
 def cuda_home() -> Path | None:
     """The toolkit whose headers the device pass includes: $CUDA_HOME, nvcc's, or /usr/local/cuda."""
-    from rapid_llm.kernels.jit_cache import nvcc_path
+    from rapid_llm.kernels.build.cache import nvcc_path
 
     candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     nvcc = nvcc_path()
@@ -170,7 +170,7 @@ def _nvrtc_checker(lib: ctypes.CDLL):
 
 def _compile_nvcc(source: Path, kernels: Sequence[KernelRef], arch: str, flags: Sequence[str],
                   include_dirs: Sequence[Path], work_dir: Path) -> DeviceCode:
-    from rapid_llm.kernels.jit_cache import nvcc_path
+    from rapid_llm.kernels.build.cache import nvcc_path
 
     nvcc = nvcc_path()
     if nvcc is None:

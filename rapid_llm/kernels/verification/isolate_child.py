@@ -1,6 +1,6 @@
-"""The child side of rapid_llm.kernels.isolate: rebuild one row, verify it, print the result as one JSON line.
+"""The child side of rapid_llm.kernels.verification.isolate: rebuild one row, verify it, print the result as one JSON line.
 
-    python -m rapid_llm.kernels.isolate_child '<recipe json>'
+    python -m rapid_llm.kernels.verification.isolate_child '<recipe json>'
 
 After the checks it asks the device for one more small operation: a kernel
 that faulted leaves the CUDA context unusable even when the checks caught
@@ -13,14 +13,14 @@ import json
 import sys
 from typing import Any
 
-from rapid_llm.kernels.isolate import RESULT_MARK
+from rapid_llm.kernels.verification.isolate import RESULT_MARK
 
 
 def register(job: dict[str, Any]) -> str:
-    """Register the row a recipe describes (rapid_llm.kernels.isolate.recipe) in this process; its name."""
-    from rapid_llm.kernels import spec
-    from rapid_llm.kernels.jit_row import JitRow
-    from rapid_llm.kernels.spec import GoldenRecord, KernelSpec
+    """Register the row a recipe describes (rapid_llm.kernels.verification.isolate.recipe) in this process; its name."""
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.build.jit_row import JitRow
+    from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
     spec.all_ops()  # discover the shipped ops first: the row's op and its baseline come from there
     if job.get("declaration"):  # an op the parent's notebook declared: its declaration, written out
@@ -30,7 +30,7 @@ def register(job: dict[str, Any]) -> str:
         flags = ("-O3", "-lineinfo") if job.get("lineinfo") else ("-O3",)
         target = JitRow(job["source"], job["fn"], out=job["out"], flags=flags)
         row = KernelSpec(name=job["name"], op=job["op"], backend="jit", target=target,
-                         available="rapid_llm.kernels.jit:available", dtypes=tuple(job["dtypes"]),
+                         available="rapid_llm.kernels.build.jit:available", dtypes=tuple(job["dtypes"]),
                          devices=("cuda",), golden=golden, layouts=tuple(job["layouts"]))
     else:
         row = KernelSpec(name=job["name"], op=job["op"], backend=job["backend"], target=job["target"],
@@ -41,7 +41,7 @@ def register(job: dict[str, Any]) -> str:
 
 
 def load_declaration(op: str, path: str) -> None:
-    """Import the module that declares ``op`` (rapid_llm.kernels.opsource wrote it)."""
+    """Import the module that declares ``op`` (rapid_llm.kernels.registry.opsource wrote it)."""
     import importlib.util
 
     module_spec = importlib.util.spec_from_file_location(f"rapid_llm_declared_{op}", path)
@@ -54,7 +54,7 @@ def load_declaration(op: str, path: str) -> None:
 
 def set_up(job: dict[str, Any]) -> str:
     """Register the row and build it now, so that a failure here is told apart from the kernel's own."""
-    from rapid_llm.kernels import spec
+    from rapid_llm.kernels.registry import spec
 
     name = register(job)
     spec.get_row(name).call_path()
@@ -76,7 +76,7 @@ def device_error() -> str | None:
 
 
 def main(job: dict[str, Any]) -> int:
-    from rapid_llm.kernels.golden import verify
+    from rapid_llm.kernels.verification.golden import verify
 
     try:
         name = set_up(job)

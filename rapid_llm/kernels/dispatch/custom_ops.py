@@ -4,7 +4,7 @@
 them, a notebook's at its ``declare_op`` call) through one
 ``torch.library.Library("rapid_llm", "FRAGMENT")``:
 
-* the schema comes from the declaration (:mod:`rapid_llm.kernels.op_schema`),
+* the schema comes from the declaration (:mod:`rapid_llm.kernels.registry.op_schema`),
   in-place arguments marked written, plus an ``.out`` overload where the native
   row takes ``out=``;
 * the real implementation (CPU and CUDA) is the op's dispatcher, so the row is
@@ -15,7 +15,7 @@ them, a notebook's at its ``declare_op`` call) through one
 Why ``Library.define``/``impl`` and not ``torch.library.custom_op``: a call of
 the op through torch's dispatcher into a Python kernel costs microseconds
 either way, and custom_op's wrappers add several more (pytorch issue 177109).
-Eager ``K.<op>`` calls never take that path (see rapid_llm.kernels.traced):
+Eager ``K.<op>`` calls never take that path (see rapid_llm.kernels.dispatch.traced):
 only compiled graphs call the custom op.
 
 torch cannot redefine an op's schema in a running process. A redeclaration
@@ -34,10 +34,11 @@ from typing import Any, Callable
 
 import torch
 
-from rapid_llm.kernels import dispatch, op_schema, traced
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.op_schema import OpSchema, SchemaError
-from rapid_llm.kernels.spec import RegistryError
+from rapid_llm.kernels.dispatch import dispatcher as dispatch, traced
+from rapid_llm.kernels.registry import op_schema
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.op_schema import OpSchema, SchemaError
+from rapid_llm.kernels.registry.spec import RegistryError
 
 __all__ = ["NAMESPACE", "DISPATCH_KEYS", "register", "schema_for", "torch_op", "registered", "why_not"]
 

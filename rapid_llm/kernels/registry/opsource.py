@@ -25,8 +25,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import RegistryError
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.spec import RegistryError
 
 __all__ = ["ExportError", "module_source", "needs_export"]
 
@@ -229,7 +229,7 @@ def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str
         raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
     mod = _Module(op, local_imports)
     for name in ("declare_op", "Reference"):
-        mod.reference(getattr(importlib.import_module("rapid_llm.kernels.opdecl"), name), name, "the declaration")
+        mod.reference(getattr(importlib.import_module("rapid_llm.kernels.registry.opdecl"), name), name, "the declaration")
     floor = _callable_arg(mod, native.target, "the native floor")
     ref = decl.reference
     ref_args = [f"{f}={_callable_arg(mod, getattr(ref, f), f'the reference {f}')}"
@@ -243,7 +243,7 @@ def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str
             *([f"    schema={decl.schema!r},"] if getattr(decl, "schema", None) else []),
             f"    replace={replace!r},"]
     parts = [f'"""Op {op!r}: {decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that declared it '
-             '(rapid_llm.kernels.opsource); an ordinary module from here on: edit it freely."""',
+             '(rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit it freely."""',
              "from __future__ import annotations", "",
              *sorted(set(mod.imports.values()), key=lambda s: (not s.startswith("import "), s)), ""]
     parts += [f"{name} = {text}" for name, text in mod.constants.items()]

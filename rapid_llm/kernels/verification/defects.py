@@ -1,6 +1,6 @@
 """The ways a wrong kernel passes a plain comparison, and the check that stops each one.
 
-``verify`` (rapid_llm.kernels.golden) runs every reference case through these:
+``verify`` (rapid_llm.kernels.verification.golden) runs every reference case through these:
 
 - **guard bands**: every output, and every tensor a row is handed to change
   in place, lives inside a larger buffer whose bytes around it (and in the

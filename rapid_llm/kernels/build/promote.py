@@ -1,6 +1,6 @@
 """promote(): ship a verified notebook kernel as a row of the package, in one call.
 
-The cell's source is copied unchanged into ``kernels/csrc/<group>/<name>.cu``
+The cell's source is copied unchanged into ``kernels/shipped_cu/<group>/<name>.cu``
 with one line added at the top: the row it declares, with the golden record of
 its last passing ``verify``. The registry reads that line (see jit_row), so the
 row is then shipped: dispatched, verified by the parametrized row tests and
@@ -8,7 +8,7 @@ timed by ``bench_op`` like any other, with no Python file to write.
 
 A row of an op the library does not declare ships its op too: the notebook's
 declaration (native floor, reference, bench case) is written out as
-``kernels/ops/<group>/<op>.py`` (rapid_llm.kernels.opsource) and imported by
+``kernels/ops/<group>/<op>.py`` (rapid_llm.kernels.registry.opsource) and imported by
 the group's ``__init__.py``, so the library never holds a row without its op.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ import dataclasses
 from pathlib import Path
 
 from rapid_llm.kernels import platform
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
-from rapid_llm.kernels.spec import GoldenRecord, RegistryError
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.build.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
+from rapid_llm.kernels.registry.spec import GoldenRecord, RegistryError
 
 __all__ = ["promote", "Promotion", "PromoteError"]
 
@@ -65,7 +65,7 @@ def _default_group(op: str, source: Path, csrc: Path) -> str:
 
 def _declaration_files(op: str, group: str, package: Path, replace: bool) -> dict[Path, str]:
     """What ships the op's declaration: ops/<group>/<op>.py, and the group's __init__.py importing it."""
-    from rapid_llm.kernels.opsource import module_source
+    from rapid_llm.kernels.registry.opsource import module_source
 
     folder = package / "kernels" / "ops" / group
     module = folder / f"{op}.py"
@@ -82,7 +82,7 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     """Ship the verified JIT row ``row`` (e.g. a ``%%cuda_jit`` cell's ``jit/scale_vec``).
 
     ``name`` is the shipped file's stem and the row's name after ``jit/``
-    (default: the cell's NAME); ``group`` the folder under kernels/csrc/
+    (default: the cell's NAME); ``group`` the folder under kernels/shipped_cu/
     (default: the cell's ``--group``). ``package`` is the package folder
     written into (default: the installed rapid_llm; a tutorial or a test
     passes a copy). Replacing an existing
@@ -109,7 +109,7 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     if bad is not None:
         raise PromoteError(f"promote({row!r}): line {bad} of {target.source} is not ASCII (shipped sources are)")
     package = Path(package) if package is not None else platform.PACKAGE_DIR
-    csrc = package / "kernels" / "csrc"
+    csrc = package / "kernels" / "shipped_cu"
     name = name or target.source.stem
     group = group or _default_group(spec.op, target.source, csrc)
     for what, value in (("name", name), ("group", group)):

@@ -13,10 +13,10 @@ A row can run in a child when the child can rebuild it: a JIT row (its source,
 launcher and out rule), or any row whose target is an importable
 ``"module:attr"`` string. An op the library does not declare as it is live here
 (a notebook's) reaches the child as a module written by
-:mod:`rapid_llm.kernels.opsource`. A child that cannot set the row up (that
+:mod:`rapid_llm.kernels.registry.opsource`. A child that cannot set the row up (that
 module, the build) says so, and the parent reports it as not run, not as a crash.
 
-The child is ``python -m rapid_llm.kernels.isolate_child '<recipe json>'``; it prints one JSON line last.
+The child is ``python -m rapid_llm.kernels.verification.isolate_child '<recipe json>'``; it prints one JSON line last.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from rapid_llm.kernels import cell_lines
+from rapid_llm.kernels.build import cell_lines
 from rapid_llm.kernels.platform import cuda_tool
 
 __all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize", "SANITIZER_TOOLS", "TIMEOUT_S",
@@ -39,7 +39,7 @@ __all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize",
 #: Seconds a child may take: torch's import and CUDA start-up take a few, a cached build a fraction of one.
 TIMEOUT_S = float(os.environ.get("RAPID_LLM_CHILD_TIMEOUT_S", "120"))
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-#: The prefix of the child's result line (rapid_llm.kernels.isolate_child prints it).
+#: The prefix of the child's result line (rapid_llm.kernels.verification.isolate_child prints it).
 RESULT_MARK = "RAPID_LLM_CHILD_RESULT "
 
 
@@ -76,7 +76,7 @@ def recipe(row: Any) -> dict[str, Any] | None:
 
     Raises opsource.ExportError when the row could be rebuilt but its op's declaration cannot be written out.
     """
-    from rapid_llm.kernels.jit_row import JitRow
+    from rapid_llm.kernels.build.jit_row import JitRow
 
     target = row.target
     if isinstance(target, JitRow):
@@ -97,7 +97,8 @@ def recipe(row: Any) -> dict[str, Any] | None:
 
 def declaration_file(op: str) -> Path | None:
     """A module declaring ``op`` as it is live here, for a child to import; None for the library's own ops."""
-    from rapid_llm.kernels import opsource, platform
+    from rapid_llm.kernels.registry import opsource
+    from rapid_llm.kernels import platform
 
     if not opsource.needs_export(op):
         return None
@@ -118,7 +119,7 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
     """Run ``verify`` of the recipe's row in a child Python (under compute-sanitizer ``tool`` if given)."""
     job = dict(recipe, dtypes_to_check=list(dtypes) if dtypes else None, sizes=list(sizes) if sizes else None,
                lineinfo=tool is not None)
-    cmd = [sys.executable, "-m", "rapid_llm.kernels.isolate_child", json.dumps(job)]
+    cmd = [sys.executable, "-m", "rapid_llm.kernels.verification.isolate_child", json.dumps(job)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if tool is not None:
         sanitizer = sanitizer_path()

@@ -5,9 +5,9 @@ local memory per kernel (ptxas's report, kept with the build), the
 theoretical occupancy at a block size, the PTX (NVRTC's), and the SASS where
 ``cuobjdump`` or ``nvdisasm`` is installed (with source lines when the row
 was built with ``-lineinfo``). For a Triton row: the same facts of each
-specialisation Triton compiled (rapid_llm.kernels.triton_facts), at the
+specialisation Triton compiled (rapid_llm.kernels.inspection.triton_facts), at the
 block size Triton launches it with. Where a GPU is present, each occupancy
-is also asked of the CUDA driver (rapid_llm.kernels.occupancy_api), and a
+is also asked of the CUDA driver (rapid_llm.kernels.inspection.occupancy_api), and a
 disagreement is said. Rows built otherwise say what is not known about
 them, in one line each.
 """
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rapid_llm.kernels import buildfacts, cell_lines, platform
-from rapid_llm.kernels.buildfacts import KernelFacts, Occupancy
+from rapid_llm.kernels.build import buildfacts, cell_lines
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.build.buildfacts import KernelFacts, Occupancy
 
 __all__ = ["Inspection", "inspect", "sass_of", "split_by_kernel", "annotate_cell_lines"]
 
@@ -89,8 +90,8 @@ class Inspection:
 
 def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     """The build facts of ``row`` (a row name or KernelSpec), building it if it is not built yet."""
-    from rapid_llm.kernels import spec
-    from rapid_llm.kernels.jit_row import JitRow
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.build.jit_row import JitRow
 
     row = spec.get_row(row) if isinstance(row, str) else row
     result = Inspection(row.name, threads_per_block)
@@ -104,7 +105,7 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     if target.not_built is not None:
         result.notes.append(f"{row.name} was not built on this machine: {target.not_built}")
         return result
-    from rapid_llm.kernels import jit
+    from rapid_llm.kernels.build import jit
 
     built = jit.build_jit(target.source.stem, target.source, extra_cuda_cflags=target.flags)
     facts = buildfacts.read_facts(built.build_dir / buildfacts.FACTS_FILE)
@@ -138,7 +139,7 @@ def _triton(row: Any, result: Inspection) -> None:
     """Facts of every specialisation Triton compiled for the row; compiles the op's bench case if none is."""
     import os
 
-    from rapid_llm.kernels import triton_facts
+    from rapid_llm.kernels.inspection import triton_facts
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         result.notes.append(f"{row.name}: Triton's interpreter runs it here (TRITON_INTERPRET=1), so nothing is "
@@ -188,7 +189,7 @@ def _compile_bench_case(row: Any, result: Inspection) -> None:
     """Triton compiles at a kernel's first launch: launch the row once on the op's bench case, per dtype."""
     import torch
 
-    from rapid_llm.kernels.opdecl import get_decl
+    from rapid_llm.kernels.registry.opdecl import get_decl
     from rapid_llm.kernels.platform import torch_dtype
 
     if not torch.cuda.is_available() or "cuda" not in row.devices:
@@ -208,7 +209,7 @@ def _ask_the_driver(result: Inspection, images: dict[str, tuple[bytes, str, int]
     """Check each computed occupancy against the CUDA driver's, where a GPU is here to ask.
 
     ``images``: per kernel, (its cubin, its symbol in that cubin, dynamic shared memory per block)."""
-    from rapid_llm.kernels import occupancy_api
+    from rapid_llm.kernels.inspection import occupancy_api
 
     if not images or not occupancy_api.available():
         return

@@ -24,11 +24,11 @@ class _BindingBuilder:
     name = "fastcall-gcc"
 
     def build(self, request):  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.jit_cache import CSRC, BuildError
+        from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
         out = request.build_dir / f"{_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"
         cmd = [os.environ.get("CC", "gcc"), "-shared", "-fPIC", "-O2", "-std=gnu11",
-               f"-I{sysconfig.get_paths()['include']}", f"-I{CSRC / 'common'}",
+               f"-I{sysconfig.get_paths()['include']}", f"-I{SHIPPED_CU / 'common'}",
                str(request.source), "-o", str(out), "-ldl"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
         if proc.returncode != 0:
@@ -42,7 +42,7 @@ def fastcall() -> ModuleType:
     """The binding module, built on first use and cached on disk like any JIT build."""
     import torch
 
-    from rapid_llm.kernels import jit_cache as jit
+    from rapid_llm.kernels.build import cache as jit
 
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if api is None:
@@ -50,7 +50,7 @@ def fastcall() -> ModuleType:
                            "calls through (torch >= 2.10); build with builder='torch' instead")
     h = hashlib.sha256()
     for path in (BINDING_SOURCE, BINDING_SOURCE.with_name("fastcall_dispatch.inc"),
-                 jit.CSRC / "common" / "rapid_llm_abi.h"):
+                 jit.SHIPPED_CU / "common" / "rapid_llm_abi.h"):
         h.update(path.read_bytes())
     h.update(sys.version.encode())
     h.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())

@@ -6,7 +6,7 @@ cached; the per-call path is one dict lookup and the call. Rows are filtered
 survivors ranked:
 
 1. rows with a measured latency for this device, dtype and size bucket, fastest
-   first (figures from rapid_llm.kernels.measurements, which says where each
+   first (figures from rapid_llm.kernels.dispatch.measurements, which says where each
    came from: committed for this GPU kind by default);
 2. then unmeasured non-native rows by ``priority`` (higher first; None, no
    static priority, ranks below every number, so it loses ties), then by
@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from rapid_llm.kernels import measurements, platform, traced
-from rapid_llm.kernels import spec as _spec
-from rapid_llm.kernels.spec import KernelSpec, RegistryError, get_row, rows_for
+from rapid_llm.kernels.dispatch import measurements, traced
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError, get_row, rows_for
 
 __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "dtype_name",
            "get_row", "rows_for"]
@@ -107,7 +108,7 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
         if sm < row.min_sm:
             return f"needs sm_{row.min_sm}+, device is sm_{sm}"
     if row.backend == "triton" and ctx.device.type == "cpu":
-        from rapid_llm.kernels import triton_support
+        from rapid_llm.kernels.build import triton_support
 
         if not triton_support.serves_interpreter():
             return triton_support.INTERPRETER_REASON
@@ -247,10 +248,10 @@ class Op(_OpMethods):
     path; :func:`get_op` uses the same logic compiled into the fast-path
     binding (``fastcall_dispatch.inc``) wherever that binding builds. Under
     torch.compile either one traces as ``torch.ops.rapid_llm.<op>``
-    (rapid_llm.kernels.traced), at no cost to an eager call.
+    (rapid_llm.kernels.dispatch.traced), at no cost to an eager call.
     """
 
-    #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.traced.register).
+    #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.dispatch.traced.register).
     __slots__ = ("name", "dispatch_arg", "_cache", "__python_implementation__")
 
     def __init__(self, name: str, arg: int = 0) -> None:
@@ -302,7 +303,7 @@ def _fast_op_type() -> type | None:
     if _FastOp is not None or portable_reason is not None:
         return _FastOp
     try:
-        from rapid_llm.kernels.fastpath.binding import fastcall
+        from rapid_llm.kernels.build.fastpath.binding import fastcall
 
         base = fastcall().Dispatcher
     except Exception as exc:  # no compiler, or a torch without the DLPack exchange API: same answers, slower

@@ -14,7 +14,7 @@ and is published by renaming it into place, manifest included: the cache
 directory is complete or absent, and neither a dead build's files nor a
 compiler it orphaned can reach the next build. The manifest holds the
 binary's sha256; a cached binary that does not match it is rebuilt, never
-loaded. Every builder (rapid_llm.kernels.jit) goes through here.
+loaded. Every builder (rapid_llm.kernels.build.jit) goes through here.
 """
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ from typing import Iterator, Protocol, Sequence
 
 from rapid_llm.kernels import platform
 
-__all__ = ["CSRC", "MANIFEST", "BuildError", "BuildRequest", "BuildResult", "Builder", "module_name", "cache_root",
+__all__ = ["SHIPPED_CU", "MANIFEST", "BuildError", "BuildRequest", "BuildResult", "Builder", "module_name", "cache_root",
            "cache_key", "build_binary", "resolve_source", "nvcc_path", "target_arch", "local_sources"]
 
-CSRC = platform.CSRC
+SHIPPED_CU = platform.SHIPPED_CU
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 MANIFEST = "rapid_llm_manifest.json"
 
@@ -105,7 +105,7 @@ def local_sources(source: Path, seen: set[Path] | None = None) -> list[Path]:
     seen.add(source)
     out = [source]
     for inc in _INCLUDE_RE.findall(source.read_text(errors="replace")):
-        for base in (source.parent, CSRC):  # beside the source, then the project's shared headers
+        for base in (source.parent, SHIPPED_CU):  # beside the source, then the project's shared headers
             path = base / inc
             if path.is_file():
                 out.extend(local_sources(path, seen))
@@ -267,7 +267,7 @@ def _import_binary(request: BuildRequest, so: Path) -> ModuleType:
 def resolve_source(source: str | os.PathLike) -> Path:
     path = Path(source)
     if not path.is_absolute():
-        path = CSRC / path
+        path = SHIPPED_CU / path
     if not path.is_file():
         raise FileNotFoundError(f"JIT source {path} does not exist")
     return path

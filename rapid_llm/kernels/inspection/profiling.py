@@ -1,6 +1,6 @@
 """``profile(op or row, *inputs)``: one call of each row under Nsight Compute, and why it is not at the roofline.
 
-A child Python (rapid_llm.kernels.profile_child) rebuilds the rows (as
+A child Python (rapid_llm.kernels.inspection.profile_child) rebuilds the rows (as
 ``verify``'s isolated runs do), calls each once to warm it, then once more
 inside an NVTX range named after the row, and last a copy kernel moving the
 same number of bytes: the copy roofline, measured in the same run. ``ncu``
@@ -198,8 +198,8 @@ def kernel_profiles(records: list[dict[str, str]]) -> list[KernelProfile]:
 
 
 def _rows_to_profile(target: Any, inputs: tuple, rows: Sequence[str] | None) -> tuple[str, list[Any]]:
-    from rapid_llm.kernels import spec
-    from rapid_llm.kernels.opdecl import get_decl
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.registry.opdecl import get_decl
     from rapid_llm.kernels.platform import dtype_name
 
     if not isinstance(target, str):
@@ -223,7 +223,7 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeou
     or KernelSpec: that row) on ``inputs`` under Nsight Compute, in a child process."""
     import torch
 
-    from rapid_llm.kernels.isolate import recipe
+    from rapid_llm.kernels.verification.isolate import recipe
 
     label, chosen = _rows_to_profile(target, inputs, rows)
     result = Profile(label)
@@ -254,7 +254,7 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeou
         metrics = ",".join([*METRICS, r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"])
         cmd = [ncu, "--profile-from-start", "off", "--nvtx", "--csv", "--page", "raw", "--print-units", "base",
                "--metrics", metrics, "--log-file", str(log_path),
-               sys.executable, "-m", "rapid_llm.kernels.profile_child", str(job_path)]
+               sys.executable, "-m", "rapid_llm.kernels.inspection.profile_child", str(job_path)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -278,7 +278,7 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeou
 
 
 def _child_result(stdout: str) -> dict[str, Any] | None:
-    from rapid_llm.kernels.isolate import RESULT_MARK
+    from rapid_llm.kernels.verification.isolate import RESULT_MARK
 
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARK):
