@@ -37,11 +37,14 @@ from typing import Iterator, Protocol, Sequence
 from rapid_llm.kernels import platform
 
 __all__ = ["SHIPPED_CU", "MANIFEST", "BuildError", "BuildRequest", "BuildResult", "Builder", "module_name", "cache_root",
-           "cache_key", "build_binary", "resolve_source", "nvcc_path", "target_arch", "local_sources"]
+           "SOURCES_DIR", "cache_key", "build_binary", "resolve_source", "nvcc_path", "target_arch", "local_sources"]
 
 SHIPPED_CU = platform.SHIPPED_CU
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 MANIFEST = "rapid_llm_manifest.json"
+#: Beside each build, the sources it was built from (the source and the headers beside it that it includes), so
+#: an earlier version of a cell stays reachable by its digest after the cell is edited (rapid_llm.bench.row_versions).
+SOURCES_DIR = "sources"
 
 
 class BuildError(RuntimeError):
@@ -229,12 +232,24 @@ def _build_and_publish(request: BuildRequest, builder: Builder) -> Path:
             raise RuntimeError(f"builder {builder.name!r} wrote {so} outside its build directory {staging}")
         manifest = {"binary": so.name, "sha256": _sha256(so), "source": str(request.source),
                     "flags": list(request.extra_cuda_cflags), "builder": builder.name}
+        _keep_sources(request.source, staging / SOURCES_DIR)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final / so.name
+
+
+def _keep_sources(source: Path, into: Path) -> None:
+    """Copy the source and the local headers beside it (not the shared ones) into ``into``, paths kept."""
+    into.mkdir()
+    base = source.resolve().parent
+    for path in local_sources(source):
+        if path.is_relative_to(base):
+            dest = into / path.relative_to(base)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
 
 
 def build_binary(request: BuildRequest, builder: Builder) -> Path:
