@@ -4,7 +4,8 @@
 resets mutated inputs outside the timed region, ``bench_host`` measures the
 host-side cost per call, ``copy_roofline`` is the bandwidth the rest is
 compared with, and ``bench_op`` times every eligible row of an op and records
-the medians that dispatch ranks rows by (through rapid_llm.kernels.dispatch.measurements).
+the medians that dispatch ranks rows by (through rapid_llm.kernels.dispatch.measurements), and ``compare``
+puts two rows of one op side by side: verified, timed interleaved with a confidence interval, and explained.
 Names load on first use, so importing this package costs nothing.
 """
 from __future__ import annotations
@@ -20,6 +21,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "copy_roofline": ("rapid_llm.bench.harness", "copy_roofline"),
     "bench_op": ("rapid_llm.bench.ops", "bench_op"),
     "OpMeasurement": ("rapid_llm.bench.ops", "OpMeasurement"),
+    "compare": ("rapid_llm.bench.compare", "compare"),
+    "Comparison": ("rapid_llm.bench.compare", "Comparison"),
+    "saved_builds": ("rapid_llm.bench.row_versions", "saved_builds"),
     "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
 }
 
