@@ -17,6 +17,7 @@ VERBS = {
     "profile": "rapid_llm.kernels.inspection.profiling:profile",
     "bench_op": "rapid_llm.bench.ops:bench_op",
     "bench_plot": "rapid_llm.notebook.widgets:bench_plot",
+    "compare": "rapid_llm.bench.compare:compare",
 }
 
 

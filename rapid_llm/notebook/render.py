@@ -22,6 +22,15 @@ def _show_golden(report: Any) -> bool:
     return True
 
 
+def _show_comparison(comparison: Any) -> bool:
+    from IPython.display import display
+
+    from rapid_llm.notebook.compare_view import CompareView
+
+    display(CompareView(comparison))
+    return True
+
+
 def attach(ipython: Any) -> None:
     """Register the HTML and widget formatters (by type name: nothing is imported here)."""
     formatters = ipython.display_formatter.formatters
@@ -29,11 +38,14 @@ def attach(ipython: Any) -> None:
     formatters["text/html"].for_type_by_name("rapid_llm.kernels.verification.golden", "GoldenReport", golden_html)
     ipython.display_formatter.ipython_display_formatter.for_type_by_name(
         "rapid_llm.kernels.verification.golden", "GoldenReport", _show_golden)
+    ipython.display_formatter.ipython_display_formatter.for_type_by_name(
+        "rapid_llm.bench.compare", "Comparison", _show_comparison)
 
 
 _REGISTERED = (("text/html", "rapid_llm.kernels.dispatch.dispatcher", "Explanation"),
                ("text/html", "rapid_llm.kernels.verification.golden", "GoldenReport"),
-               (None, "rapid_llm.kernels.verification.golden", "GoldenReport"))
+               (None, "rapid_llm.kernels.verification.golden", "GoldenReport"),
+               (None, "rapid_llm.bench.compare", "Comparison"))
 
 
 def detach(ipython: Any) -> None:
