@@ -53,7 +53,8 @@ def test_row_handles_an_empty_input(name):
     args = reference.make_inputs((0,), dtype, device, torch.Generator().manual_seed(0))
     call = reference.call or (lambda f, *a: f(*a))
     out = call(row.load(), *args)
-    assert out.numel() == 0 and out.dtype == dtype
+    # An op with its own comparison rule (verification.compare_modes) returns its parts as float64.
+    assert out.numel() == 0 and (out.dtype == dtype or reference.compare is not None)
 
 
 @pytest.mark.parametrize("op", spec.all_ops())

@@ -22,7 +22,10 @@ lets an op whose floor is itself approximate (a reduction, say) set its own
 bar: a row may be ``k`` (default 2) times as far off as the baseline at
 that element. Comparing element by element, rather than maxima, is what
 stops large values from hiding a wrong small one. An explicit ``tolerance``
-replaces the rule with an absolute bound per dtype.
+replaces the rule with an absolute bound per dtype. An op whose result this
+rule cannot judge (fp8 values and their scales; special values such as an
+infinite LSE) gives its Reference a ``compare`` mode, which replaces the rule
+and adds its own lines to the report (rapid_llm.kernels.verification.compare_modes).
 
 Results are compared through ``out=`` buffers filled with NaN beforehand (by
 the op's reference ``call``), so a kernel that leaves ``out`` untouched, or
@@ -303,7 +306,7 @@ class _Acc:
 
 def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor, base: torch.Tensor | None,
                   dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool,
-                  magnitude: torch.Tensor | None = None, args64: tuple = ()) -> int:
+                  magnitude: torch.Tensor | None = None, args: tuple = ()) -> int:
     if got.shape != exact.shape:
         raise GoldenError(f"case {label}: row returned shape {tuple(got.shape)}, expected {tuple(exact.shape)}")
     scale = exact.abs() if magnitude is None else torch.maximum(exact.abs(), magnitude.to(exact.device))
@@ -312,7 +315,7 @@ def _compare_case(acc: _Acc, label: str, got: torch.Tensor, exact: torch.Tensor,
     exact_rounded = exact.to(dtype).to(torch.float64)
     d = _abs_diff(got64, exact, exact_rounded)
     if ref.compare is not None:  # the op's own rule (verification.compare_modes): quantised values, special values
-        d, allowed, scale = ref.compare.errors(got64, exact, args64, acc.counts)
+        d, allowed, scale = ref.compare.errors(got64, exact, args, acc.counts)
         base_sets_bar = False
     elif abs_tol is not None:
         allowed = torch.full_like(d, abs_tol)
@@ -454,7 +457,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
             break
         base_out = call(base_fn, *args) if base_fn is not None else None
         bad = _compare_case(acc, label, got, exact, base_out, tdtype, ref, abs_tol, budget, base.name != row.name,
-                            magnitude, args64)
+                            magnitude, args)
         unwritten = _defects.unwritten_count(got, exact)
         if unwritten:
             defects_here.append(("unwritten", f"{unwritten} of {got.numel()} result elements still hold the poison "
@@ -463,7 +466,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
             again = call(fn, *args)
             torch.cuda.synchronize(device)
             if _compare_case(_Acc(), label, again, exact, base_out, tdtype, ref, abs_tol, 1, base.name != row.name,
-                             magnitude, args64) == 0 and not _defects.unwritten_count(again, exact):
+                             magnitude, args) == 0 and not _defects.unwritten_count(again, exact):
                 # the cause, not its symptom: the result was read before the row's work on another stream ended
                 defects_here = [d for d in defects_here if d[0] != "unwritten"]
                 defects_here.append(("other_stream", "wrong when its inputs are produced on the current stream "
