@@ -153,6 +153,15 @@ def explain_views(page: Page) -> Locator:
             .filter(has_not=page.locator("img")))
 
 
+def compare_views(page: Page, within: Locator | None = None) -> Locator:
+    """The compare widget's views (in ``within``, else anywhere on the page): a box whose HTML opens with
+    ``compare('<op>')`` and names both sides' verify verdicts, with the plot of B/A per size as an image
+    where the rows were timed."""
+    return ((within or page).locator(".jp-OutputArea-output .widget-vbox")
+            .filter(has=page.locator(".widget-html-content", has_text="compare('"))
+            .filter(has=page.locator(".widget-html-content", has_text="verify")))
+
+
 def _wait_for_change(view: Locator, selector: str, prop: str, before: str, timeout_s: float) -> str:
     """The new value of ``prop`` once it differs from ``before`` (an image also loaded); ``before``
     again when it does not change in time, so the caller can say what stayed the same."""

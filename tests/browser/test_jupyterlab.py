@@ -38,7 +38,9 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 ERROR_MIME = "application/vnd.jupyter.stderr"
 WIDGET_REPR = re.compile(r"\b(?:HBox|VBox|Tab)\(children=")
 #: Calls that display one of the project's widgets: a notebook making any shows at least one widget.
-WIDGET_CALLS = ("bench_plot(", "golden_widget(", "explain_widget(", "inspect_widget(")
+WIDGET_CALLS = ("bench_plot(", "golden_widget(", "explain_widget(", "inspect_widget(", "compare_widget(")
+#: A call of compare(a, b): the cell that makes one shows the compare widget (its plot too, where it timed).
+COMPARE_CALL = re.compile(r"(?<![\w.])compare\(")
 BUILT_STATUS = re.compile(r"^(?:built in|loaded from cache in) [\d.]+ s.* -> .* bound")
 #: Without a GPU a fast-path cell is compiled all the same (a compile check), and nothing is bound.
 COMPILED_STATUS = r"^(?:built in [\d.]+ s|loaded from cache) for sm_\w+ \(a compile check: .*\); saved {path}"
@@ -125,6 +127,32 @@ def check_widgets(expected: dict[int, bool], shown: list[lab_page.CellView], tal
             problems.append(f"cell {index} should show a widget; it shows {[(o.mime, o.text[:80]) for o in outputs]}")
         elif with_image and not any(out.loaded_images for out in outputs):
             problems.append(f"cell {index}'s widget should show its plot as a loaded <img>; it has none")
+    return problems
+
+
+def compare_cells(nb: dict[str, Any]) -> list[int]:
+    """Code cells that call compare(a, b): each shows its result as the compare widget."""
+    return [i for i, cell in enumerate(nb["cells"])
+            if cell["cell_type"] == "code" and COMPARE_CALL.search(_source(cell))]
+
+
+def check_compare_widgets(cells_: list[int], page: Any, shown: list[lab_page.CellView]) -> list[str]:
+    """Each cell that calls compare shows one compare widget (never its text), with the plot of B/A per size
+    loaded as an image where the comparison was timed, and the table of the timed shapes."""
+    problems = []
+    for index in cells_:
+        views = lab_page.compare_views(page, within=lab_page.cell_locator(page, index))
+        if views.count() != 1:
+            problems.append(f"cell {index} calls compare and should show one compare widget; it shows "
+                            f"{views.count()}: {[(o.mime, o.text[:120]) for o in shown[index].outputs]}")
+            continue
+        text = views.first.inner_text()
+        if "not timed:" in text:
+            continue  # a side failed verify: the widget says why, and there is nothing to plot
+        if not any(out.loaded_images for out in shown[index].outputs):
+            problems.append(f"cell {index}'s compare widget should show its plot of B/A as a loaded <img>; it has none")
+        if "95% CI" not in text or "verdict" not in text:
+            problems.append(f"cell {index}'s compare widget shows no table of ratios and verdicts: {text[:300]!r}")
     return problems
 
 
@@ -241,7 +269,8 @@ def test_notebook_runs_in_jupyterlab(notebook: Path, page: Any, lab_server: Any)
     ran_s = time.perf_counter() - started
 
     expected = widget_cells(nb)
-    lab_page.wait_for_widget_views(page, sorted(expected))
+    comparing = compare_cells(nb)
+    lab_page.wait_for_widget_views(page, sorted(set(expected) | set(comparing)))
     shown = lab_page.cells(page)
     assert len(shown) == len(nb["cells"]), f"the page shows {len(shown)} cells, the notebook has {len(nb['cells'])}"
 
@@ -251,6 +280,7 @@ def test_notebook_runs_in_jupyterlab(notebook: Path, page: Any, lab_server: Any)
     problems += check_widgets(expected, shown, tally)
     problems += check_cuda_jit_status(nb, shown, tally)
     problems += check_widget_calls_shown(nb, page, tally)
+    problems += check_compare_widgets(comparing, page, shown)
 
     if os.environ.get("RAPID_LLM_SCREENSHOTS") == "1":
         shot = save_screenshot(page, notebook.stem, min(expected, default=None))
