@@ -88,6 +88,10 @@ def test_opcheck_passes_on_every_reference_case(op, dtype):
     cases = golden.reference_cases(op, tdtype, torch.device("cpu"), golden.CPU_SIZES)
     for label, args in cases:
         utils = ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"]
+        if any(isinstance(a, torch.Tensor) and a.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) for a in args):
+            # torch's SchemaCheckMode compares arguments with torch.allclose, which has no fp8 kernel; the op's
+            # own test checks what it writes (test_scaled_fp8_quant: test_..._writes_what_its_schema_says).
+            utils.remove("test_schema")
         if _has_nan(overloads.default(*_clone(args))):
             # opcheck compares eager and AOT outputs with assert_close, which never equates NaN with NaN;
             # the finite cases check AOT dispatch, these check the rest.
