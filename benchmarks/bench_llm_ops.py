@@ -21,6 +21,12 @@ bench case (the shapes its declaration names):
   median wall time of ``op(...); synchronize()``, printed beside the cost of
   a bare ``synchronize()``).
 
+An op whose bench case sits beside a ``BENCH_VARIANTS`` dict (other forms of
+the op, such as scaled_fp8_quant per tensor and in 1x128 groups, or other
+shapes) gets one more table per variant: every eligible row and
+``torch.compile`` of the native row on that case, same harness, not recorded
+(dispatch ranks rows by the declared case).
+
 ``--results DIR`` writes each op's row figures as ``DIR/<op>_<gpu>.json``, the
 committed figures dispatch ranks rows by.
 """
@@ -36,7 +42,7 @@ import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench, bench_host, copy_roofline
-from rapid_llm.bench.ops import bench_op, make_args, write_results
+from rapid_llm.bench.ops import bench_op, eligible_rows, make_args, write_results
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 
@@ -128,6 +134,40 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
         print(f"wrote {out}")
 
 
+def bench_variants(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int) -> None:
+    """Each of the op's BENCH_VARIANTS at each T: every eligible row and torch.compile of the floor (not recorded)."""
+    decl = spec.get_decl(op)
+    variants = getattr(sys.modules.get(decl.bench.__module__), "BENCH_VARIANTS", {})
+    if not variants:
+        return
+    tdtype = platform.torch_dtype(dtype)
+    compiled = torch.compile(native_fn(op))
+    for label, make in variants.items():
+        print(f"\n== {op}, {dtype}, variant: {label} (not recorded) ==")
+        seen = set()
+        for t in tokens:
+            numel = t * decl.token_numel
+            case = make(numel, tdtype, device)
+            if case.bytes_moved in seen:  # a variant of one fixed shape is timed once
+                continue
+            seen.add(case.bytes_moved)
+            verdicts = eligible_rows(op, dtype, device, numel)
+            timings = []
+            for name, why in verdicts.items():
+                if why is None:
+                    r = bench(spec.get_row(name).call_path(), *case.args, bytes_moved=case.bytes_moved,
+                              repeats=repeats, label=name, **case.kwargs)
+                    timings.append((name, r))
+            comp = bench(compiled, *case.args, bytes_moved=case.bytes_moved, repeats=repeats,
+                         label="torch.compile(native)", **case.kwargs)
+            best = min(timings, key=lambda nr: nr[1].median_us)
+            rows = "  ".join(f"{n} {r.median_us:.2f} us ({100 * (r.roofline_fraction or 0):.1f}%)" for n, r in timings)
+            print(f"  T={t:<6} {rows}  torch.compile {comp.median_us:.2f} us "
+                  f"({100 * (comp.roofline_fraction or 0):.1f}%); fastest {best[0]}, "
+                  f"compile/fastest {comp.median_us / best[1].median_us:.2f}x")
+            del case
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", nargs="+", help="default: every op that declares token_numel")
@@ -145,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     for op in ops:
         bench_one(op, args.tokens, args.dtype, device, args.repeats, args.results)
+        bench_variants(op, args.tokens, args.dtype, device, args.repeats)
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
     return 0
 
