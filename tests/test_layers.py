@@ -1,18 +1,24 @@
 """Layers point one way and no module of rapid_llm is in an import cycle, read from the sources.
 
 Every ``import`` / ``from ... import`` statement counts, at module level or inside
-a function: a lazy import is still a dependency. Imports made by computed name
-(importlib.import_module of a string) are how the registry discovers op groups
-and how the package's __getattr__ exports names; they are not edges here.
+a function: a lazy import is still a dependency. So does a string that names a
+module the way lazy references do (``"rapid_llm.x.y:attr"``, a row's target or
+probe, a discoverer) or that ``importlib.import_module`` is called with: an edge
+by name is still an edge. The registry's discovery of the op groups (a computed
+name) and the facade's ``_EXPORTS`` table (the top of the package) are the two
+imports by name that point down and that this reader does not see.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "rapid_llm"
+#: "rapid_llm.pkg.mod:attr", the lazy reference form (a row's target, a probe, a discoverer).
+_REF = re.compile(r"^(rapid_llm(?:\.\w+)+):\w+$")
 
 
 def _module_name(path: Path) -> str:
@@ -34,6 +40,11 @@ def _graph() -> dict[str, set[str]]:
                 if node.level:
                     base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
                 targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _REF.match(node.value):
+                targets = [_REF.match(node.value).group(1)]
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+                  and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                targets = [node.args[0].value]
             for target in targets:
                 # the longest module prefix of the imported name (``from x import y``: y may be a module or a name)
                 while target and target not in modules:
@@ -81,6 +92,49 @@ def test_no_import_cycles():
         if node not in state:
             visit(node)
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+#: The core's subsystems, bottom up. A package imports only from floors below it; two packages on one floor
+#: do not import each other. The facade (rapid_llm.kernels itself) sits above them all and wires them.
+FLOORS = {
+    "rapid_llm.kernels.platform": 0,
+    "rapid_llm.kernels.registry": 1,
+    "rapid_llm.kernels.build": 2,
+    "rapid_llm.kernels.dispatch": 3,
+    "rapid_llm.kernels.verification": 3,
+    "rapid_llm.kernels.inspection": 4,
+    "rapid_llm.kernels.ops": 5,
+}
+
+
+def _floor_of(module: str) -> tuple[str, int] | None:
+    for package, floor in FLOORS.items():
+        if module == package or module.startswith(package + "."):
+            return package, floor
+    return None
+
+
+def test_every_core_module_is_on_a_floor():
+    loose = sorted(m for m in _graph() if m.startswith("rapid_llm.kernels.") and _floor_of(m) is None)
+    assert loose == [], "modules of rapid_llm.kernels outside its subsystem packages:\n" + "\n".join(loose)
+
+
+def test_each_subsystem_imports_only_the_floors_below_it():
+    bad = []
+    for module, targets in _graph().items():
+        here = _floor_of(module)
+        for target in targets:
+            there = _floor_of(target)
+            if here is None or there is None or here[0] == there[0]:
+                continue
+            if there[1] >= here[1]:
+                bad.append(f"{module} (floor {here[1]}) -> {target} (floor {there[1]})")
+    assert bad == [], "imports that point up or sideways:\n" + "\n".join(sorted(bad))
+
+
+def test_string_references_are_edges():
+    """The reader sees a lazy reference: the facade's discoverer wiring is an edge down into build."""
+    assert "rapid_llm.kernels.build.jit_row" in _graph()["rapid_llm.kernels"]
 
 
 @pytest.mark.parametrize("module", ["rapid_llm.kernels.dispatch.dispatcher", "rapid_llm.kernels.verification.golden",

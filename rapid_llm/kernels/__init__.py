@@ -25,6 +25,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "all_ops": ("rapid_llm.kernels.registry.spec", "all_ops"),
     # declaring an op
     "declare_op": ("rapid_llm.kernels.registry.opdecl", "declare_op"),
+    "define_op": ("rapid_llm.kernels.registry.opdecl", "define_op"),
     "get_decl": ("rapid_llm.kernels.registry.opdecl", "get_decl"),
     "Reference": ("rapid_llm.kernels.registry.opdecl", "Reference"),
     "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
@@ -41,6 +42,14 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+# The floors above the registry, wired in from here (the one place that sees them all), by reference, so this
+# imports nothing heavy: the .cu rows shipped in kernels/shipped_cu are found with the op groups, and every
+# declared op becomes a torch custom op.
+from rapid_llm.kernels.registry import spec as _registry  # noqa: E402 - after the exports it serves
+
+_registry.add_discoverer("rapid_llm.kernels.build.jit_row:register_cu_rows")
+_registry.on_declare("rapid_llm.kernels.dispatch.custom_ops:register")
 
 
 def __getattr__(name: str) -> Any:

@@ -72,9 +72,11 @@ def _declaration_files(op: str, group: str, package: Path, replace: bool) -> dic
     if module.exists() and not replace:
         raise PromoteError(f"promote: {module} already exists; pass replace=True to replace the op's declaration")
     init = folder / "__init__.py"
-    line = f"from rapid_llm.kernels.ops.{group} import {op}  # noqa: F401 - declares the op\n"
-    text = init.read_text() if init.exists() else f'"""Ops of the {group} group (written by promote())."""\n'
-    return {module: module_source(op, replace=False), init: text + ("" if line in text else line)}
+    text = init.read_text() if init.exists() else (f'"""Ops of the {group} group (written by promote())."""\n\n'
+                                                   "#: This group's ops, read by the registry.\n"
+                                                   "DECLARATIONS: list = []\n")
+    lines = f"from rapid_llm.kernels.ops.{group} import {op}  # noqa: E402\nDECLARATIONS.append({op}.DECLARATION)\n"
+    return {module: module_source(op, ship=True), init: text + ("" if lines in text else lines)}
 
 
 def promote(row: str, *, name: str | None = None, group: str | None = None, replace: bool = False,

@@ -1,30 +1,37 @@
 """An op's one declaration: its rows, its float64 reference, its benchmark case.
 
-A group package declares each of its ops once, in its ``__init__.py``::
+A group package lists each of its ops once, in its ``__init__.py``::
 
-    declare_op(
-        "scale",
-        rows=[KernelSpec(name="native/scale", ...), KernelSpec(name="triton/scale", ...)],
-        reference=Reference(make_inputs=..., oracle=..., call=..., edge_cases=...),
-        bench=scale_case,            # (numel, dtype, device) -> CaseArgs
-    )
+    DECLARATIONS = [
+        define_op(
+            "scale",
+            rows=[KernelSpec(name="native/scale", ...), KernelSpec(name="triton/scale", ...)],
+            reference=Reference(make_inputs=..., oracle=..., call=..., edge_cases=...),
+            bench=scale_case,            # (numel, dtype, device) -> CaseArgs
+        ),
+    ]
+
+The rows need not repeat ``op=`` or ``backend=``: the declaration and the
+name's prefix say them. ``define_op`` only builds the declaration; the
+registry reads ``DECLARATIONS`` when it discovers the groups.
 
 ``verify`` checks rows against the reference, ``bench_op`` times them on the
 bench case, tests are parametrized over the registry, and the op is reachable
 as ``rapid_llm.kernels.<name>``: nothing outside the group names the op. A
 ``.cu`` row of the op declares itself in its own file (see jit_row), and a
 notebook declares a brand-new op with the same call, its native row given as
-a plain function.
+a plain function, with ``declare_op`` (``define_op`` and add it now).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError
 
-__all__ = ["CaseArgs", "Reference", "OpDecl", "declare_op", "get_decl"]
+__all__ = ["CaseArgs", "Reference", "OpDecl", "define_op", "declare_op", "get_decl"]
 
 
 @dataclass
@@ -89,14 +96,15 @@ class OpDecl:
     dispatch_arg: int = 0
     token_numel: int | None = None
     schema: str | None = None
+    rows: tuple[KernelSpec, ...] = ()
 
 
-def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
-               rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
-               dtypes: Sequence[str] = ("bf16", "fp16", "fp32"), devices: Sequence[str] = ("cpu", "cuda"),
-               doc: str = "", replace: bool = False, dispatch_arg: int = 0,
-               token_numel: int | None = None, schema: str | None = None) -> OpDecl:
-    """Declare op ``name``: register its rows and keep its reference and bench case.
+def define_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
+              rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
+              dtypes: Sequence[str] = ("bf16", "fp16", "fp32"), devices: Sequence[str] = ("cpu", "cuda"),
+              doc: str = "", dispatch_arg: int = 0, token_numel: int | None = None,
+              schema: str | None = None) -> OpDecl:
+    """Op ``name``'s declaration: its rows, reference and bench case, checked; it registers nothing.
 
     ``dispatch_arg`` is the positional argument whose dtype, device, size and
     layout pick the row (rope's query, not its integer positions).
@@ -107,9 +115,6 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     ``native`` is a shortcut for a notebook: a plain-torch function that
     becomes the row ``native/<name>`` over ``dtypes`` (by default the
     project's bf16/fp16/fp32, as KernelSpec's) and ``devices``.
-    ``replace=True`` lets a re-run notebook cell declare the op again; a
-    notebook that declares an op the library ships replaces the library's
-    rows of it too (until the next process), keeping rows it registered.
 
     The op becomes ``torch.ops.rapid_llm.<name>`` too (rapid_llm.kernels.dispatch.custom_ops),
     its schema derived from one native call on ``make_inputs``'s example, or
@@ -126,23 +131,33 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
         all_rows.append(KernelSpec(name=f"native/{name}", op=name, backend="native", target=native,
                                    dtypes=tuple(dtypes), devices=tuple(devices), priority=0,
                                    description=(native.__doc__ or "").strip().splitlines()[0] if native.__doc__ else ""))
-    for row in all_rows:
-        if row.op != name:
+    for i, row in enumerate(all_rows):
+        if not isinstance(row, KernelSpec):
+            raise RegistryError(f"declare_op({name!r}): rows must be KernelSpecs, got {type(row).__name__}")
+        if row.op and row.op != name:
             raise RegistryError(f"declare_op({name!r}): row {row.name!r} belongs to op {row.op!r}")
+        all_rows[i] = row if row.op else dataclasses.replace(row, op=name)
     if not isinstance(dispatch_arg, int) or dispatch_arg < 0:
         raise RegistryError(f"declare_op({name!r}): dispatch_arg must be a non-negative int, got {dispatch_arg!r}")
     if token_numel is not None and (not isinstance(token_numel, int) or token_numel < 1):
         raise RegistryError(f"declare_op({name!r}): token_numel must be a positive int, got {token_numel!r}")
-    decl = OpDecl(name, reference, bench, doc, dispatch_arg, token_numel, schema)
-    if replace:  # the library's rows were checked against the library's reference: they do not carry over
-        for old in _spec.shipped_rows(name):
-            _spec.unregister(old)
-    _spec.declare(decl, replace=replace)
-    for row in all_rows:
-        _spec.register(row, replace=replace)
-    from rapid_llm.kernels.dispatch import custom_ops  # torch.library registration: at declaration, never at import
+    return OpDecl(name, reference, bench, doc, dispatch_arg, token_numel, schema, tuple(all_rows))
 
-    custom_ops.register(decl)
+
+def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
+               rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
+               dtypes: Sequence[str] = ("bf16", "fp16", "fp32"), devices: Sequence[str] = ("cpu", "cuda"),
+               doc: str = "", replace: bool = False, dispatch_arg: int = 0,
+               token_numel: int | None = None, schema: str | None = None) -> OpDecl:
+    """Declare op ``name`` now (a notebook's op): :func:`define_op`, added to the live registry.
+
+    ``replace=True`` lets a re-run notebook cell declare the op again; a
+    notebook that declares an op the library ships replaces the library's
+    rows of it too (until the next process), keeping rows it registered.
+    """
+    decl = define_op(name, reference=reference, bench=bench, rows=rows, native=native, dtypes=dtypes,
+                     devices=devices, doc=doc, dispatch_arg=dispatch_arg, token_numel=token_numel, schema=schema)
+    _spec.add_op(decl, replace=replace)
     return decl
 
 

@@ -219,16 +219,19 @@ def _callable_arg(mod: _Module, fn: Callable[..., Any] | None, what: str) -> str
     return mod.reference(fn, None, what)
 
 
-def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str:
+def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
     """The text of a module that declares ``op`` as the live registry has it (its native floor, reference and
-    bench case); ``replace`` is passed to its ``declare_op`` (True for a child process, False to ship).
-    ``local_imports`` lets it import modules that are not installed (a child process started here can)."""
+    bench case). ``ship``: the module of an op group, which defines ``DECLARATION`` (``define_op``) for the
+    group to list; else one that declares the op when imported (``declare_op(..., replace=True)``, what a
+    child process runs). ``local_imports`` lets it import modules that are not installed (a child process
+    started here can)."""
     decl = _spec.get_decl(op)
     native = next((r for r in _spec.rows_for(op) if r.is_native), None)
     if native is None:
         raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
     mod = _Module(op, local_imports)
-    for name in ("declare_op", "Reference"):
+    verb = "define_op" if ship else "declare_op"
+    for name in (verb, "Reference"):
         mod.reference(getattr(importlib.import_module("rapid_llm.kernels.registry.opdecl"), name), name, "the declaration")
     floor = _callable_arg(mod, native.target, "the native floor")
     ref = decl.reference
@@ -241,7 +244,7 @@ def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str
             "    reference=Reference(" + ", ".join(ref_args) + "),", f"    bench={bench},",
             f"    dispatch_arg={decl.dispatch_arg!r},", f"    token_numel={decl.token_numel!r},",
             *([f"    schema={decl.schema!r},"] if getattr(decl, "schema", None) else []),
-            f"    replace={replace!r},"]
+            *([] if ship else ["    replace=True,"])]
     parts = [f'"""Op {op!r}: {decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that declared it '
              '(rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit it freely."""',
              "from __future__ import annotations", "",
@@ -249,7 +252,7 @@ def module_source(op: str, *, replace: bool, local_imports: bool = False) -> str
     parts += [f"{name} = {text}" for name, text in mod.constants.items()]
     for text in mod.functions.values():
         parts += ["", "", text.rstrip()]
-    parts += ["", "", "declare_op(", *call, ")", ""]
+    parts += ["", "", "DECLARATION = define_op(" if ship else "declare_op(", *call, ")", ""]
     text = "\n".join(parts)
     compile(text, f"<declaration of {op}>", "exec")  # what is written must at least parse
     return text

@@ -7,12 +7,18 @@ SM it needs. Targets and probes are lazy ``"module:attr"`` strings so that
 registering a row imports nothing; a callable is accepted too, so a notebook
 can register a function it just defined.
 
-The registry finds the shipped ops itself: on the first lookup it imports every
-group package under ``rapid_llm.kernels.ops`` (each declares its ops with
-:func:`rapid_llm.kernels.registry.opdecl.declare_op`) and registers every ``.cu`` file
-under ``kernels/shipped_cu/`` that declares a row (:mod:`rapid_llm.kernels.build.jit_row`).
-There is no central list of ops, groups or references. Every lookup sees the
-shipped rows; :func:`isolated` gives a test a registry of its own.
+The registry finds the shipped ops itself, on the first lookup: every group
+package under ``rapid_llm.kernels.ops`` hands it its ``DECLARATIONS`` (a list of
+:func:`rapid_llm.kernels.registry.opdecl.define_op` results: plain data, read
+again by every fresh registry), then the discoverers run (functions that find
+more rows, such as the ``.cu`` files under ``kernels/shipped_cu/``; the package
+facade adds them from above with :func:`add_discoverer`). There is no central
+list of ops, groups or references. Every lookup sees the shipped rows;
+:func:`isolated` gives a test a registry of its own.
+
+Changes are said on one bus: :func:`on_change` (rows added, replaced or
+re-verified; a policy changed) and :func:`on_declare` (an op declared: the
+custom-op registration listens there).
 """
 from __future__ import annotations
 
@@ -22,7 +28,6 @@ import importlib
 import inspect
 import pkgutil
 import re
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Union
@@ -177,12 +182,15 @@ class KernelSpec:
     contiguous, one row stride) and "strided" (any view). Default: all for the
     native floor, contiguous only for any other row; dispatch sends a call to
     a row that takes its layout, else the floor.
+
+    ``backend`` defaults to the name's prefix and ``op`` to the declaration
+    that lists the row (a row registered on its own must name its op).
     """
 
     name: str
-    op: str
-    backend: str
-    target: Ref
+    target: Ref = None
+    op: str = ""
+    backend: str = ""
     available: Ref | None = None
     dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
     devices: tuple[str, ...] = ("cuda",)
@@ -196,7 +204,11 @@ class KernelSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" not in self.name:
             raise RegistryError(f"row name must look like 'backend/name', got {self.name!r}")
-        if not isinstance(self.op, str) or not self.op.isidentifier():
+        if self.target is None:
+            raise RegistryError(f"row {self.name!r}: target is required ('package.module:attribute' or a callable)")
+        if not self.backend:
+            object.__setattr__(self, "backend", self.name.split("/", 1)[0])
+        if not isinstance(self.op, str) or not (self.op == "" or self.op.isidentifier()):
             raise RegistryError(f"row {self.name!r}: op must be an identifier, got {self.op!r}")
         if self.backend not in BACKENDS:
             raise RegistryError(
@@ -300,6 +312,7 @@ class _Registry:
         self.decls: dict[str, Any] = {}
         self.discovered = not discover
         self.shipped: set[str] = set()  # rows the library itself registered (group declarations, .cu rows)
+        self.library_decls: dict[str, Any] = {}  # the groups' declarations, by op
 
 
 _lock = threading.RLock()
@@ -307,32 +320,39 @@ _state = _Registry(discover=True)
 _version = 0
 _listeners: list[Callable[[], None]] = []
 
-#: The package whose sub-packages are op groups.
+#: The package whose sub-packages are op groups; each lists its ops in ``DECLARATIONS``.
 OPS_PACKAGE = "rapid_llm.kernels.ops"
-#: Run after the groups are imported, as lazy references like any row target: rows found elsewhere
-#: (the .cu files under kernels/shipped_cu that declare a row).
-DISCOVERERS = ("rapid_llm.kernels.build.jit_row:register_cu_rows",)
+#: Found rows beyond the groups' (``add_discoverer``), and who hears of each declared op (``on_declare``):
+#: lazy references, resolved on use, so that wiring them in imports nothing.
+_discoverers: list[Ref] = []
+_declare_listeners: list[Ref] = []
 
 
-#: What importing the op groups declared and registered, replayed into every later registry
-#: (a module imports once per process, so a fresh registry cannot import it again).
-_shipped: list[tuple[str, Any]] | None = None
-_recording: list[tuple[str, Any]] | None = None
+def add_discoverer(ref: Ref) -> None:
+    """Run ``ref()`` after the groups on every discovery (it registers rows it finds, e.g. shipped .cu files)."""
+    if ref not in _discoverers:
+        _discoverers.append(ref)
 
 
-def _from_group() -> bool:
-    """Whether the registration being made comes from an op group's module (it belongs to the shipped set)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(OPS_PACKAGE + "."):
-            return True
-        frame = frame.f_back
-    return False
+def on_declare(ref: Ref) -> None:
+    """Call ``ref(decl)`` for every op declared from now on, and for those already declared."""
+    if ref in _declare_listeners:
+        return
+    _declare_listeners.append(ref)
+    for decl in list(_state.decls.values()):
+        resolve_ref(ref)(decl)
+
+
+def _group_declarations(module: Any) -> list[Any]:
+    decls = getattr(module, "DECLARATIONS", None)
+    if not isinstance(decls, (list, tuple)):
+        raise RegistryError(f"op group {module.__name__} must list its ops in DECLARATIONS "
+                            "(a list of rapid_llm.kernels.registry.opdecl.define_op results)")
+    return list(decls)
 
 
 def _discover() -> None:
-    """Import every op group and register the .cu rows, once per registry (first lookup)."""
-    global _shipped, _recording
+    """Read every op group's declarations and run the discoverers, once per registry (first lookup)."""
     if _state.discovered:
         return
     with _lock:
@@ -341,20 +361,14 @@ def _discover() -> None:
         _state.discovered = True  # before importing: a group's declarations look rows up too
         registered_before = set(_state.rows)  # a notebook may register rows before anything looks one up
         try:
-            if _shipped is None:
-                _recording = []
-                try:
-                    ops = importlib.import_module(OPS_PACKAGE)
-                    for info in pkgutil.iter_modules(ops.__path__, OPS_PACKAGE + "."):
-                        if info.ispkg:
-                            importlib.import_module(info.name)
-                    _shipped = _recording
-                finally:
-                    _recording = None
-            else:
-                for kind, item in _shipped:
-                    declare(item) if kind == "decl" else register(item)
-            for ref in DISCOVERERS:
+            ops = importlib.import_module(OPS_PACKAGE)
+            for info in pkgutil.iter_modules(ops.__path__, OPS_PACKAGE + "."):
+                if info.ispkg:
+                    for decl in _group_declarations(importlib.import_module(info.name)):
+                        if decl.name not in _state.decls:  # a notebook's declaration made before this wins
+                            add_op(decl)
+                            _state.library_decls[decl.name] = decl
+            for ref in _discoverers:
                 resolve_ref(ref)()
             _state.shipped = set(_state.rows) - registered_before
         except BaseException:
@@ -402,6 +416,8 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
     """Add a row. Refuses a duplicate name (unless ``replace``) and a second native row for an op."""
     if not isinstance(spec, KernelSpec):
         raise RegistryError(f"register() takes a KernelSpec, got {type(spec).__name__}")
+    if not spec.op:
+        raise RegistryError(f"row {spec.name!r} names no op: pass op=, or list it in its op's declaration")
     _discover()
     with _lock:
         old = _state.rows.get(spec.name)
@@ -419,11 +435,6 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
                         f"op {spec.op!r} already has its native row {other!r}; exactly one native row per op"
                     )
         _state.rows[spec.name] = spec
-        if _recording is not None:
-            _recording.append(("row", spec))
-        elif _shipped is not None and _from_group():  # a group imported before the first discovery
-            _shipped.append(("row", spec))
-            _state.shipped.add(spec.name)
         names = _state.by_op.setdefault(spec.op, [])
         if spec.name not in names:
             names.append(spec.name)
@@ -487,11 +498,24 @@ def declare(decl: Any, *, replace: bool = False) -> None:
         if decl.name in _state.decls and not replace:
             raise RegistryError(f"op {decl.name!r} is already declared; pass replace=True to redeclare it")
         _state.decls[decl.name] = decl
-        if _recording is not None:
-            _recording.append(("decl", decl))
-        elif _shipped is not None and _from_group():
-            _shipped.append(("decl", decl))
         _changed()
+
+
+def add_op(decl: Any, *, replace: bool = False) -> None:
+    """Declare ``decl`` and register its rows; then tell the ``on_declare`` listeners.
+
+    ``replace`` redeclares an op: the library's rows of it go (they were
+    checked against the library's reference), rows others registered stay.
+    """
+    with _lock:
+        if replace:
+            for old in shipped_rows(decl.name):
+                unregister(old)
+        declare(decl, replace=replace)
+        for row in decl.rows:
+            register(row, replace=replace)
+    for ref in list(_declare_listeners):
+        resolve_ref(ref)(decl)
 
 
 def get_decl(op: str) -> Any:
@@ -505,21 +529,17 @@ def get_decl(op: str) -> Any:
                             "rapid_llm.kernels.declare_op") from None
 
 
-def _library_decls() -> dict[str, Any]:
-    return {item.name: item for kind, item in (_shipped or ()) if kind == "decl"}
-
-
 def library_declares(op: str) -> bool:
     """Whether an op group of the library declares ``op`` (a notebook may have replaced the declaration since)."""
     _discover()
-    return op in _library_decls()
+    return op in _state.library_decls
 
 
 def is_library_decl(op: str) -> bool:
     """Whether ``op``'s live declaration is the library's own, not one a notebook or a test made."""
     _discover()
     decl = _state.decls.get(op)
-    return decl is not None and _library_decls().get(op) is decl
+    return decl is not None and _state.library_decls.get(op) is decl
 
 
 def op_group(op: str) -> str | None:

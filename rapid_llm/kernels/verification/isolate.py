@@ -102,7 +102,7 @@ def declaration_file(op: str) -> Path | None:
 
     if not opsource.needs_export(op):
         return None
-    text = opsource.module_source(op, replace=True, local_imports=True)  # the child starts in our cwd
+    text = opsource.module_source(op, ship=False, local_imports=True)  # the child starts in our cwd
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = platform.cache_dir("declarations") / f"{op}_{digest}.py"
     if not path.is_file():

@@ -1,9 +1,12 @@
 """Activation ops. Each is declared once here; its .cu rows declare themselves in kernels/shipped_cu/activation/."""
-from rapid_llm.kernels.registry.opdecl import declare_op
+from rapid_llm.kernels.registry.opdecl import define_op
 from rapid_llm.kernels.ops.activation import silu_and_mul_reference
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
-declare_op(
+#: This group's ops, read by the registry (rapid_llm.kernels.registry.spec).
+DECLARATIONS: list = []
+
+DECLARATIONS.append(define_op(
     "silu_and_mul",
     doc="out = silu(x[..., :I]) * x[..., I:] for x [..., 2I] (SwiGLU's gate): fp32 math, rounded once",
     reference=silu_and_mul_reference.REFERENCE,
@@ -12,8 +15,6 @@ declare_op(
     rows=[
         KernelSpec(
             name="native/silu_and_mul",
-            op="silu_and_mul",
-            backend="native",
             target="rapid_llm.kernels.ops.activation.silu_and_mul_native:silu_and_mul",
             dtypes=("bf16", "fp16", "fp32"),
             devices=("cpu", "cuda"),
@@ -24,8 +25,6 @@ declare_op(
         ),
         KernelSpec(
             name="triton/silu_and_mul",
-            op="silu_and_mul",
-            backend="triton",
             target="rapid_llm.kernels.ops.activation.silu_and_mul_triton:silu_and_mul",
             available="rapid_llm.kernels.build.triton_support:available",
             dtypes=("bf16", "fp16", "fp32"),
@@ -40,4 +39,4 @@ declare_op(
             description="[ROWS, BLOCK] tiles of 2048 elements, the native fp32 recipe (expf, IEEE division)",
         ),
     ],
-)
+))

@@ -1,9 +1,12 @@
 """Elementwise ops. Each is declared once here; its .cu rows declare themselves in kernels/shipped_cu/elementwise/."""
-from rapid_llm.kernels.registry.opdecl import declare_op
+from rapid_llm.kernels.registry.opdecl import define_op
 from rapid_llm.kernels.ops.elementwise import scale_reference
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
-declare_op(
+#: This group's ops, read by the registry (rapid_llm.kernels.registry.spec).
+DECLARATIONS: list = []
+
+DECLARATIONS.append(define_op(
     "scale",
     doc="out = input * factor",
     reference=scale_reference.REFERENCE,
@@ -11,8 +14,6 @@ declare_op(
     rows=[
         KernelSpec(
             name="native/scale",
-            op="scale",
-            backend="native",
             target="rapid_llm.kernels.ops.elementwise.scale_native:scale",
             dtypes=("bf16", "fp16", "fp32", "fp64"),
             devices=("cpu", "cuda"),
@@ -23,8 +24,6 @@ declare_op(
         ),
         KernelSpec(
             name="triton/scale",
-            op="scale",
-            backend="triton",
             target="rapid_llm.kernels.ops.elementwise.scale_triton:scale",
             available="rapid_llm.kernels.build.triton_support:available",
             dtypes=("bf16", "fp16", "fp32"),
@@ -34,4 +33,4 @@ declare_op(
             description="one 4096-element block per program, fp32 math",
         ),
     ],
-)
+))

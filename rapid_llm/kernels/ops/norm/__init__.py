@@ -1,6 +1,6 @@
 """Row-wise normalisations over the hidden dim. Each op is declared once here; its .cu rows declare
 themselves in kernels/shipped_cu/norm/."""
-from rapid_llm.kernels.registry.opdecl import declare_op
+from rapid_llm.kernels.registry.opdecl import define_op
 from rapid_llm.kernels.ops.norm import fused_add_rms_norm_reference, rms_norm_reference
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
@@ -15,8 +15,6 @@ def _rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
     return [
         KernelSpec(
             name=f"native/{op}",
-            op=op,
-            backend="native",
             target=f"{_PACKAGE}.{op}_native:{op}",
             dtypes=_DTYPES,
             devices=("cpu", "cuda"),
@@ -27,8 +25,6 @@ def _rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
         ),
         KernelSpec(
             name=f"triton/{op}",
-            op=op,
-            backend="triton",
             target=f"{_PACKAGE}.{op}_triton:{op}",
             available="rapid_llm.kernels.build.triton_support:available",
             dtypes=_DTYPES,
@@ -42,7 +38,10 @@ def _rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
     ]
 
 
-declare_op(
+#: This group's ops, read by the registry (rapid_llm.kernels.registry.spec).
+DECLARATIONS: list = []
+
+DECLARATIONS.append(define_op(
     "rms_norm",
     doc="out = x / sqrt(mean(x^2) + eps) * weight over the last dim (fp32 sum of squares, one rounding)",
     reference=rms_norm_reference.REFERENCE,
@@ -50,9 +49,9 @@ declare_op(
     token_numel=rms_norm_reference.BENCH_HIDDEN,
     rows=_rows("rms_norm", "plain torch in fp32: the floor, runs everywhere",
                "one program per row, the fp32 row in registers up to 16384 wide"),
-)
+))
 
-declare_op(
+DECLARATIONS.append(define_op(
     "fused_add_rms_norm",
     doc="in place: residual += x; x = rms_norm(residual) from the fp32 sum; returns None",
     reference=fused_add_rms_norm_reference.REFERENCE,
@@ -60,4 +59,4 @@ declare_op(
     token_numel=rms_norm_reference.BENCH_HIDDEN,
     rows=_rows("fused_add_rms_norm", "plain torch in fp32: the floor, runs everywhere",
                "rms_norm's Triton kernel with the residual add in front, one program per row"),
-)
+))

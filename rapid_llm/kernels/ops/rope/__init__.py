@@ -1,9 +1,12 @@
 """Rotary position embedding. Declared once here; its .cu row declares itself in kernels/shipped_cu/rope/."""
-from rapid_llm.kernels.registry.opdecl import declare_op
+from rapid_llm.kernels.registry.opdecl import define_op
 from rapid_llm.kernels.ops.rope import rotary_embedding_reference
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
-declare_op(
+#: This group's ops, read by the registry (rapid_llm.kernels.registry.spec).
+DECLARATIONS: list = []
+
+DECLARATIONS.append(define_op(
     "rotary_embedding",
     doc="rotate q and k in place by each token's position (vLLM's form); returns None",
     reference=rotary_embedding_reference.REFERENCE,
@@ -13,8 +16,6 @@ declare_op(
     rows=[
         KernelSpec(
             name="native/rotary_embedding",
-            op="rotary_embedding",
-            backend="native",
             target="rapid_llm.kernels.ops.rope.rotary_embedding_native:rotary_embedding",
             dtypes=("bf16", "fp16", "fp32"),
             devices=("cpu", "cuda"),
@@ -25,8 +26,6 @@ declare_op(
         ),
         KernelSpec(
             name="triton/rotary_embedding",
-            op="rotary_embedding",
-            backend="triton",
             target="rapid_llm.kernels.ops.rope.rotary_embedding_triton:rotary_embedding",
             available="rapid_llm.kernels.build.triton_support:available",
             dtypes=("bf16", "fp16", "fp32"),
@@ -37,4 +36,4 @@ declare_op(
             description="one program per token, q then k heads in blocks, fp32 math",
         ),
     ],
-)
+))
