@@ -10,6 +10,10 @@ the Triton and CUDA rows on a GPU.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -211,3 +215,40 @@ def test_interpreter_fp8_cast_is_still_wrong():
     o = torch.empty(1, dtype=torch.float8_e4m3fn)
     cast[(1,)](x, o)
     assert o.float().item() != 8.0, "Triton's interpreter now casts to fp8 correctly: enable the Triton row on CPU"
+
+
+_COMPILE_FOR_SM90 = textwrap.dedent("""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+    from rapid_llm.kernels.ops.quant import scaled_fp8_quant_triton as Q
+
+    target = GPUTarget("cuda", 90, 32)
+    for dt in ("bf16", "fp16", "fp32"):
+        p = "*" + dt
+        common = {"x_ptr": p, "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "MIN": "constexpr", "STATIC": "constexpr"}
+        for one_pass in (True, False):
+            for static in (True, False):
+                sig = dict(common, n_groups="i32", size="i32", ROWS="constexpr", BLOCK="constexpr", ONE_PASS="constexpr")
+                compile(ASTSource(Q._groups_kernel, sig, constexprs={"MIN": Q.MIN_SCALE, "ROWS": 4, "BLOCK": 1024,
+                                                                     "ONE_PASS": one_pass, "STATIC": static}),
+                        target=target)
+        compile(ASTSource(Q._partial_amax_kernel, {"x_ptr": p, "partial_ptr": "*fp32", "n": "i32",
+                                                   "BLOCK": "constexpr"}, constexprs={"BLOCK": 4096}), target=target)
+        sig = dict(common, partial_ptr="*fp32", n="i32", n_partials="i32", BLOCK="constexpr", PBLOCK="constexpr")
+        ptx = compile(ASTSource(Q._tensor_kernel, sig, constexprs={"MIN": Q.MIN_SCALE, "BLOCK": 4096, "PBLOCK": 1024,
+                                                                   "STATIC": False}), target=target).asm["ptx"]
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, "no hardware fp8 cast (round to nearest even, saturating)"
+        assert "div.rn.f32" in ptx, "the scale's division is not IEEE-rounded"
+    print("ok")
+""")
+
+
+def test_triton_kernels_compile_for_sm90_with_the_hardware_cast():
+    """What the CPU cannot run it can compile: every Triton kernel of the row for sm_90, its fp8 cast the
+    hardware's saturating round-to-nearest-even and its scale an IEEE division."""
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # a real compile, not the interpreter
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
