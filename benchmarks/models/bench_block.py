@@ -144,7 +144,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{graph_breaks(arms[arm], 16, dtype, device)}", flush=True)
     rows = run(args.decode, graph=True, dtype=dtype, device=device, arms=arms, repeats=args.repeats,
                self_graphed=make_reduce_overhead_arms(dtype, device))
-    rows += run(args.prefill, graph=False, dtype=dtype, device=device, arms=arms, repeats=max(5, args.repeats // 5))
+    if args.prefill:
+        # Fresh compiles for prefill: a dynamic graph first traced at a decode size keeps the kernels Inductor
+        # chose for that size hint (its GEMM and attention configs for a handful of rows), which at T=4096
+        # ran the compiled arms 2x slower than eager. An engine compiles its prefill shapes apart too.
+        torch._dynamo.reset()
+        arms = make_arms(dtype, device)
+        rows += run(args.prefill, graph=False, dtype=dtype, device=device, arms=arms,
+                    repeats=max(5, args.repeats // 5))
     print(f"(whole run {time.perf_counter() - started:.0f} s, compiles included)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

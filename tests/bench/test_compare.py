@@ -20,6 +20,8 @@ from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, register
 
 SAMPLES = Path(__file__).parents[1] / "kernels" / "samples" / "sass_diff"
 QUICK = dict(sizes=[4096], dtypes=["fp32"], seconds=1.0, min_pairs=5, max_pairs=40, repeats=2, warmup=1)
+#: Where compare runs the rows: the GPU when there is one (both rows here run on either).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _wrong_scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -32,12 +34,12 @@ def test_native_against_triton_end_to_end():
     assert (c.a.verdict, c.b.verdict) == ("pass", "pass")
     assert c.refused is None and len(c.shapes) == 1
     s = c.shapes[0]
-    assert (s.dtype, s.numel, s.kind) == ("fp32", 4096, "cpu")
+    assert (s.dtype, s.numel, s.kind) == ("fp32", 4096, DEVICE)
     assert len(s.a_us) == len(s.b_us) == s.estimate.pairs >= 5
     assert s.verdict in (FASTER, SLOWER, NO_DIFFERENCE)
     assert c.a.digest and c.b.digest and c.a.digest != c.b.digest
     text = str(c)
-    assert text.splitlines()[0].startswith("compare('scale') on cpu: A = native/scale (working tree, source ")
+    assert text.splitlines()[0].startswith(f"compare('scale') on {DEVICE}: A = native/scale (working tree, source ")
     assert "verified first: A pass, B pass" in text and "CPU numbers" in text
     assert "95% Student-t interval" in text
     assert "why (A -> B):" in text and "Triton's interpreter runs it here" in text
