@@ -39,7 +39,8 @@ def test_native_against_triton_end_to_end():
     assert s.verdict in (FASTER, SLOWER, NO_DIFFERENCE)
     assert c.a.digest and c.b.digest and c.a.digest != c.b.digest
     text = str(c)
-    assert text.splitlines()[0].startswith(f"compare('scale') on {DEVICE}: A = native/scale (working tree, source ")
+    first = text.splitlines()[0]  # "on <the device's name>" (cpu, or the GPU's model)
+    assert first.startswith("compare('scale') on ") and ": A = native/scale (working tree, source " in first
     assert "verified first: A pass, B pass" in text and "CPU numbers" in text
     assert "95% Student-t interval" in text
     assert "why (A -> B):" in text and "Triton's interpreter runs it here" in text
