@@ -333,8 +333,7 @@ def clear_cache() -> None:
         op.clear_cache()
 
 
-_spec.on_change(clear_cache)
-measurements.on_change(clear_cache)
+_spec.on_change(clear_cache)  # the one change bus: rows, golden records, policies, measured figures
 
 
 @dataclass(frozen=True)

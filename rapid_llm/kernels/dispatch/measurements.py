@@ -12,8 +12,8 @@ Three sources, each named in ``explain``:
   or :func:`use_local`.
 
 Keys are (op, row, dtype, size bucket), the bucket being
-:func:`rapid_llm.kernels.platform.size_bucket`. Any change calls the listeners
-registered with :func:`on_change` (dispatch clears its cache there).
+:func:`rapid_llm.kernels.platform.size_bucket`. Any change is said on the registry's one change bus
+(``spec.touch``), where dispatch clears its cache.
 """
 from __future__ import annotations
 
@@ -23,14 +23,15 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec as _spec
 
 __all__ = [
     "Figure", "lookup", "record", "record_meta", "make_entry", "meta", "entries", "load", "load_file",
     "export", "merge_file", "clear", "committed_results", "results_dir", "results_path", "use_local",
-    "uses_local", "on_change", "ranked_entries", "NEAREST_BUCKETS",
+    "uses_local", "ranked_entries", "NEAREST_BUCKETS",
 ]
 
 #: How many power-of-two buckets away a measurement may be and still rank a row.
@@ -40,7 +41,6 @@ _lock = threading.RLock()
 _loaded: dict[Path, tuple[float, dict[str, Any]]] = {}
 #: (local store folder, device label) -> key -> entry; keyed by folder so a new cache dir starts clean.
 _session: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-_listeners: list[Callable[[], None]] = []
 _use_local: bool | None = None
 
 
@@ -63,14 +63,9 @@ class Figure:
         return max(self.median_us, self.host_us or 0.0)
 
 
-def on_change(listener: Callable[[], None]) -> None:
-    """Call ``listener`` whenever a figure is recorded, cleared or the policy changes."""
-    _listeners.append(listener)
-
-
 def _changed() -> None:
-    for listener in list(_listeners):
-        listener()
+    """A figure was recorded or cleared, or the policy changed: dispatch re-resolves."""
+    _spec.touch()
 
 
 def use_local(enabled: bool | None = True) -> None:
