@@ -35,16 +35,16 @@ def attach(ipython: Any) -> None:
     """Register the HTML and widget formatters (by type name: nothing is imported here)."""
     formatters = ipython.display_formatter.formatters
     formatters["text/html"].for_type_by_name("rapid_llm.kernels.dispatch.dispatcher", "Explanation", explanation_html)
-    formatters["text/html"].for_type_by_name("rapid_llm.kernels.verification.golden", "GoldenReport", golden_html)
+    formatters["text/html"].for_type_by_name("rapid_llm.kernels.verification.report", "GoldenReport", golden_html)
     ipython.display_formatter.ipython_display_formatter.for_type_by_name(
-        "rapid_llm.kernels.verification.golden", "GoldenReport", _show_golden)
+        "rapid_llm.kernels.verification.report", "GoldenReport", _show_golden)
     ipython.display_formatter.ipython_display_formatter.for_type_by_name(
         "rapid_llm.bench.compare", "Comparison", _show_comparison)
 
 
 _REGISTERED = (("text/html", "rapid_llm.kernels.dispatch.dispatcher", "Explanation"),
-               ("text/html", "rapid_llm.kernels.verification.golden", "GoldenReport"),
-               (None, "rapid_llm.kernels.verification.golden", "GoldenReport"),
+               ("text/html", "rapid_llm.kernels.verification.report", "GoldenReport"),
+               (None, "rapid_llm.kernels.verification.report", "GoldenReport"),
                (None, "rapid_llm.bench.compare", "Comparison"))
 
 

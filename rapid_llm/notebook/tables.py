@@ -37,7 +37,7 @@ def explanation_html(ex: Any) -> str:
 
 def golden_html(report: Any) -> str:
     """A GoldenReport's per-dtype table, with the rule its "of allowed" column is measured against."""
-    from rapid_llm.kernels.verification.golden import COLUMNS
+    from rapid_llm.kernels.verification.report import COLUMNS
 
     rows = [(r.cells(), "#d4f4dd" if r.passed else "#f6d5d5") for r in report.results]
     return _table(report._header(), COLUMNS, rows, [report.rule_text(), *report.defect_lines()])

@@ -37,7 +37,8 @@ from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch.dispatcher import Explanation, dtype_name, explain
 from rapid_llm.notebook.tables import explanation_html, golden_html
-from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.verification.report import GoldenReport
 from rapid_llm.kernels.registry.spec import rows_for
 
 __all__ = ["ExplainView", "GoldenView", "BenchPlot", "explain_widget", "golden_widget", "bench_plot", "render_docs"]

@@ -16,7 +16,8 @@ from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.verification.compare_modes import (FP8_E4M3_MAX, Part, QuantisedOutput, SpecialValues,
                                                           e4m3_ulps, fp32_ulps, round_to_e4m3)
-from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.verification.report import GoldenReport
 
 MODULE = "tests.kernels.defects.quant_merge_defects"
 

@@ -12,7 +12,8 @@ import torch
 
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.defects import DEFECT_KINDS
-from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.verification.report import GoldenReport
 from rapid_llm.kernels.registry.spec import KernelSpec
 
 pytest.importorskip("triton")

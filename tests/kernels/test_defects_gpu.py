@@ -15,7 +15,8 @@ import torch
 from rapid_llm.kernels.verification import isolate
 from rapid_llm.kernels.build import jit
 from rapid_llm.kernels.registry import spec
-from rapid_llm.kernels.verification.golden import GoldenReport, verify
+from rapid_llm.kernels.verification.golden import verify
+from rapid_llm.kernels.verification.report import GoldenReport
 from rapid_llm.kernels.build.jit_row import JitRow
 from rapid_llm.kernels.registry.spec import KernelSpec
 

@@ -19,7 +19,7 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch import custom_ops
 from rapid_llm.kernels.ops.attention import merge_attn_states_reference as R
 from rapid_llm.kernels.registry import spec
-from rapid_llm.kernels.verification.golden import _to64
+from rapid_llm.kernels.verification.comparison import to64
 
 OP = "merge_attn_states"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -41,7 +41,7 @@ def check(fn, args: tuple) -> dict[str, int]:
     """Run ``fn`` through the reference's call; assert the special-values rule element by element."""
     ref = spec.get_decl(OP).reference
     got = ref.call(fn, *args)
-    exact = ref.oracle(*_to64(args)).to(got.device)
+    exact = ref.oracle(*to64(args)).to(got.device)
     counts: dict[str, int] = {}
     errs = ref.compare.errors(got, exact, args, counts)
     bad = errs.diff > errs.allowed

@@ -24,7 +24,7 @@ from rapid_llm.kernels.dispatch import custom_ops
 from rapid_llm.kernels.ops.quant import scaled_fp8_quant_reference as R
 from rapid_llm.kernels.ops.quant.scaled_fp8_quant_native import MIN_SCALE
 from rapid_llm.kernels.registry import spec
-from rapid_llm.kernels.verification.golden import _to64
+from rapid_llm.kernels.verification.comparison import to64
 
 OP = "scaled_fp8_quant"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -59,7 +59,7 @@ def check(fn, args: tuple) -> dict[str, int]:
     """Run ``fn`` through the reference's call; assert the quantised-output rule element by element."""
     ref = spec.get_decl(OP).reference
     got = ref.call(fn, *args)
-    exact = ref.oracle(*_to64(args)).to(got.device)
+    exact = ref.oracle(*to64(args)).to(got.device)
     counts: dict[str, int] = {}
     errs = ref.compare.errors(got, exact, args, counts)
     bad = errs.diff > errs.allowed

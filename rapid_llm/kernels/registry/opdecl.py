@@ -58,7 +58,7 @@ class Reference:
     ``|exact|`` is far below the rounding of its terms: the sum of the terms'
     magnitudes (a rotation ``|x cos| + |y sin|``, GELU-tanh ``|x/2| +
     |x/2 tanh(u)|``). The tolerance rule and its
-    ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.verification.golden.
+    ``ulps`` / ``baseline_factor`` are described in rapid_llm.kernels.verification.comparison.
     ``compare`` replaces that rule for a result it cannot judge (quantised values
     and their scales, special values): see rapid_llm.kernels.verification.compare_modes.
     """

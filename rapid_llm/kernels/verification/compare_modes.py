@@ -1,6 +1,6 @@
 """Comparison rules for results the default per-element rule cannot judge: quantised outputs and special values.
 
-``verify`` (rapid_llm.kernels.verification.golden) holds a row to its op's float64 oracle with one rule:
+``verify`` holds a row to its op's float64 oracle with one rule (rapid_llm.kernels.verification.comparison):
 each element within a few units of relative precision of the exact answer. Two kinds of op break it:
 
 - **Quantised output** (``scaled_fp8_quant``): the result is fp8 values on a 3-bit-mantissa grid plus

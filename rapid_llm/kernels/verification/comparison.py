@@ -1,0 +1,160 @@
+"""The comparison rule: how far a row's result may sit from the float64 oracle, element by element.
+
+The tolerance rule, per element ``i`` (``eps`` and ``tiny`` of the row's dtype)::
+
+    allowed_i = max(k * |baseline_i - exact_i|,  ulps * eps * m_i + tiny)
+
+A row passes a dtype when ``|row_i - exact_i| <= allowed_i`` for every
+element. ``m_i`` is ``|exact_i|``, or the larger of it and the op's declared
+``magnitude`` where cancellation makes the result smaller than what was
+rounded on the way (a rotation's ``|x cos| + |y sin|``). The second term admits any result within ``ulps`` units of
+relative precision of the exact answer (default 2: one correct rounding is
+half of one, and computing in fp32 before rounding to a half type adds a
+little); ``tiny`` lets subnormal results flush to zero. The first term
+lets an op whose floor is itself approximate (a reduction, say) set its own
+bar: a row may be ``k`` (default 2) times as far off as the baseline at
+that element. Comparing element by element, rather than maxima, is what
+stops large values from hiding a wrong small one. An explicit ``tolerance``
+replaces the rule with an absolute bound per dtype. An op whose result this
+rule cannot judge (fp8 values and their scales; special values such as an
+infinite LSE) gives its Reference a ``compare`` mode, which replaces the rule
+and adds its own lines to the report (rapid_llm.kernels.verification.compare_modes).
+
+NaN in a result counts as an infinite error unless the exact answer is NaN
+too; an infinity counts as exact where the oracle's answer rounds to the same one.
+
+``verify`` (rapid_llm.kernels.verification.golden) reduces every reference case
+through :func:`compare_case`; tests that compare a result with an oracle call
+:func:`element_errors`, the same rule without a baseline, so one property is
+judged by one rule everywhere.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import torch
+
+from rapid_llm.kernels.registry.opdecl import Reference
+from rapid_llm.kernels.verification.compare_modes import CaseErrors
+from rapid_llm.kernels.verification.report import ElementDiff, GoldenError
+
+__all__ = ["TOP_K", "HISTOGRAM_SAMPLES", "CaseErrors", "Accumulator", "abs_diff", "element_errors",
+           "compare_case", "abs_tolerance", "rule_text", "to64"]
+
+#: Worst elements kept per dtype, and how many |diff| values feed the histogram.
+TOP_K = 5
+HISTOGRAM_SAMPLES = 200_000
+
+
+def abs_diff(got: torch.Tensor, want: torch.Tensor, want_rounded: torch.Tensor) -> torch.Tensor:
+    """|got - want| in float64; agreeing infinities and NaNs count as exact, any other NaN as infinite."""
+    d = (got - want).abs()
+    agree = (torch.isinf(want_rounded) & (got == want_rounded)) | (torch.isnan(got) & torch.isnan(want))
+    d = torch.where(agree, torch.zeros_like(d), d)
+    return torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)
+
+
+def to64(args: tuple) -> tuple:
+    """The arguments with every floating tensor in float64: what an oracle is called with."""
+    return tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
+
+def element_errors(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype | None = None, *,
+                   ulps: float, magnitude: torch.Tensor | None = None) -> CaseErrors:
+    """Per element: |got - exact|, what the rule allows there (``ulps * eps * m + tiny``), and ``m``.
+
+    ``dtype`` is the one the row computed in (default ``got.dtype``); ``exact`` is float64 on
+    ``got``'s device. The baseline term of the rule is :func:`compare_case`'s.
+    """
+    dtype = got.dtype if dtype is None else dtype
+    info = torch.finfo(dtype)
+    scale = exact.abs() if magnitude is None else torch.maximum(exact.abs(), magnitude.to(exact.device))
+    d = abs_diff(got.to(torch.float64), exact, exact.to(dtype).to(torch.float64))
+    return CaseErrors(d, ulps * info.eps * scale.nan_to_num(posinf=0.0) + info.tiny, scale)
+
+
+@dataclass
+class Accumulator:
+    """Running reduction over one dtype's cases."""
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    vs_base: float | None = None
+    base_err: float | None = None
+    n: int = 0
+    bad: int = 0
+    worst: list[ElementDiff] = field(default_factory=list)
+    samples: list[torch.Tensor] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # kept by an op's own comparison rule
+    error: str | None = None
+
+
+def compare_case(acc: Accumulator, label: str, got: torch.Tensor, exact: torch.Tensor, base: torch.Tensor | None,
+                 dtype: torch.dtype, ref: Reference, abs_tol: float | None, budget: int, base_sets_bar: bool,
+                 magnitude: torch.Tensor | None = None, args: tuple = ()) -> int:
+    """Judge one case by the rule, fold it into ``acc``, and return how many elements fail."""
+    if got.shape != exact.shape:
+        raise GoldenError(f"case {label}: row returned shape {tuple(got.shape)}, expected {tuple(exact.shape)}")
+    info = torch.finfo(dtype)
+    got64 = got.to(torch.float64)
+    exact_rounded = exact.to(dtype).to(torch.float64)
+    if ref.compare is not None:  # the op's own rule (verification.compare_modes): quantised values, special values
+        d, allowed, scale = ref.compare.errors(got64, exact, args, acc.counts)
+        base_sets_bar = False
+    else:
+        d, allowed, scale = element_errors(got, exact, dtype, ulps=ref.ulps, magnitude=magnitude)
+        if abs_tol is not None:
+            allowed = torch.full_like(d, abs_tol)
+    base64 = None
+    if base is not None:
+        base64 = base.to(torch.float64)
+        base_err = abs_diff(base64, exact, exact_rounded)
+        if abs_tol is None and base_sets_bar:  # where the baseline is infinitely off it sets no bar
+            finite_err = torch.where(torch.isfinite(base_err), base_err, torch.zeros_like(base_err))
+            allowed = torch.maximum(allowed, ref.baseline_factor * finite_err)
+        acc.base_err = max(acc.base_err or 0.0, float(base_err.max()))
+        acc.vs_base = max(acc.vs_base or 0.0, float(abs_diff(got64, base64, base64).max()))
+    rel = (d / scale.clamp_min(info.tiny).nan_to_num(nan=info.tiny)).nan_to_num(nan=math.inf)
+    ratio = torch.where(d == 0, torch.zeros_like(d), d / allowed)
+    acc.max_abs = max(acc.max_abs, float(d.max()))
+    acc.max_rel = max(acc.max_rel, float(rel.max()))
+    acc.n += d.numel()
+    bad = int((d > allowed).sum())
+    acc.bad += bad
+    flat = ratio.flatten()
+    top = torch.topk(flat, min(TOP_K, flat.numel())).indices.tolist()
+    for i in top:
+        idx = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), d.shape)) if d.dim() else ()
+        acc.worst.append(ElementDiff(label, idx, got64.flatten()[i].item(), exact.flatten()[i].item(),
+                                     None if base64 is None else base64.flatten()[i].item(),
+                                     d.flatten()[i].item(), allowed.flatten()[i].item()))
+    acc.worst.sort(key=lambda e: (-e.ratio, -e.abs_diff))
+    del acc.worst[TOP_K:]
+    step = max(1, d.numel() // max(budget, 1))
+    acc.samples.append(d.flatten()[::step].to("cpu", torch.float64))
+    return bad
+
+
+def abs_tolerance(tolerance: float | Mapping[str, float] | None, dtype: str) -> float | None:
+    """The absolute bound ``verify(tolerance=...)`` sets for ``dtype``, or None (the rule applies)."""
+    if tolerance is None:
+        return None
+    if isinstance(tolerance, Mapping):
+        value = tolerance.get(dtype)
+    else:
+        value = tolerance
+    if value is not None and not value >= 0:
+        raise GoldenError(f"tolerance for {dtype} must be >= 0, got {value!r}")
+    return None if value is None else float(value)
+
+
+def rule_text(ref: Reference, abs_tol: float | None) -> str:
+    """The rule a dtype was judged by, as the report states it."""
+    if ref.compare is not None:
+        return ref.compare.rule
+    if abs_tol is not None:
+        return f"|diff| <= {abs_tol:g}"
+    return (f"|diff| <= max({ref.baseline_factor:g} x baseline error, {ref.ulps:g} eps m + tiny) per element, "
+            f"m = {'|exact|' if ref.magnitude is None else 'max(|exact|, the op magnitude)'}")
