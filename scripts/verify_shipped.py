@@ -34,9 +34,7 @@ def record(name: str) -> bool:
     path = row.target.source
     text = path.read_text()
     fields = read_header(text, str(path))
-    g = report.record
-    fields["golden"] = {"verified": g.verified, "max_abs_diff": g.max_abs_diff, "baseline": g.baseline,
-                        "per_dtype": [list(p) for p in g.per_dtype]}
+    fields["golden"] = report.record.to_json()
     tmp = path.with_suffix(".cu.tmp")
     tmp.write_text(write_header(text, fields))
     tmp.replace(path)

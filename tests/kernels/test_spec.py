@@ -159,3 +159,12 @@ def test_a_native_function_declares_the_projects_dtypes_by_default():
         declare_op("t_dtypes", native=lambda x: x, reference=ref, bench=lambda n, d, dev: CaseArgs(()),
                    dtypes=("fp32", "fp64"), replace=True)
         assert spec.get_row("native/t_dtypes").dtypes == ("fp32", "fp64")
+
+
+def test_a_golden_record_round_trips_through_its_json():
+    """The one JSON form (a .cu row line, the verification cache, verify's child): what is written reads back."""
+    import json
+
+    record = GoldenRecord(verified=True, max_abs_diff=0.5, baseline="native/x", per_dtype=(("bf16", 0.5), ("fp32", 0.0)))
+    assert GoldenRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+    assert GoldenRecord.from_json({}) == GoldenRecord()  # a row line without a record: unverified

@@ -17,6 +17,7 @@ place (``fn(*args)``, returning None).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -155,15 +156,12 @@ def write_header(text: str, fields: dict[str, Any]) -> str:
 
 
 def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
-    golden = fields.get("golden") or {}
-    per_dtype = tuple((d, float(v)) for d, v in golden.get("per_dtype", ()))
     return KernelSpec(
         name=fields["name"], op=fields["op"], backend="jit",
         target=JitRow(source, fields["fn"], out=fields.get("out", "like_input")),
         available="rapid_llm.kernels.build.jit:available", dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))),
         devices=("cuda",),
-        golden=GoldenRecord(verified=bool(golden.get("verified", False)), max_abs_diff=golden.get("max_abs_diff"),
-                            baseline=golden.get("baseline"), per_dtype=per_dtype),
+        golden=GoldenRecord.from_json(fields.get("golden") or {}),
         priority=fields.get("priority"), graph_safe=bool(fields.get("graph_safe", True)),
         min_sm=fields.get("min_sm"), description=fields.get("description", f"{source.name}, launcher {fields['fn']}()"),
         layouts=tuple(fields["layouts"]) if "layouts" in fields else None,
@@ -176,9 +174,7 @@ def _verification_path(digest: str) -> Path:
 
 def remember_verification(digest: str, golden: GoldenRecord) -> None:
     """Keep a passing verification of a source (keyed by its digest) across kernel restarts."""
-    platform.write_atomic(_verification_path(digest), json.dumps({
-        "digest": digest, "max_abs_diff": golden.max_abs_diff, "baseline": golden.baseline,
-        "per_dtype": [list(p) for p in golden.per_dtype]}))
+    platform.write_atomic(_verification_path(digest), json.dumps({"digest": digest, **golden.to_json()}))
 
 
 def recall_verification(digest: str) -> GoldenRecord | None:
@@ -187,8 +183,7 @@ def recall_verification(digest: str) -> GoldenRecord | None:
         data = json.loads(_verification_path(digest).read_text())
         if data.get("digest") != digest:
             return None
-        return GoldenRecord(verified=True, max_abs_diff=data["max_abs_diff"], baseline=data["baseline"],
-                            per_dtype=tuple((d, float(v)) for d, v in data["per_dtype"]))
+        return dataclasses.replace(GoldenRecord.from_json(data), verified=True)  # only passes are remembered
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -132,8 +132,7 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     golden = spec.golden
     fields = {
         "name": shipped, "op": spec.op, "fn": target.fn, "dtypes": list(spec.dtypes),
-        "golden": {"verified": True, "max_abs_diff": golden.max_abs_diff, "baseline": golden.baseline,
-                   "per_dtype": [list(p) for p in golden.per_dtype]},
+        "golden": golden.to_json(),  # verified: checked above
         "graph_safe": spec.graph_safe, "min_sm": spec.min_sm,
         "description": f"promoted from {target.source.name}, launcher {target.fn}()",
         "out": None if target.out == "like_input" else target.out,

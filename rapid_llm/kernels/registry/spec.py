@@ -30,7 +30,7 @@ import pkgutil
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Mapping, Union
 
 from rapid_llm.kernels.platform import DTYPE_NAMES
 
@@ -153,6 +153,18 @@ class GoldenRecord:
     def __post_init__(self) -> None:
         if self.max_abs_diff is not None and not self.max_abs_diff >= 0:
             raise RegistryError(f"GoldenRecord.max_abs_diff must be >= 0, got {self.max_abs_diff!r}")
+
+    # The one JSON form of a record: a .cu row line, the per-digest verification cache, a verify child's answer.
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready object (what :meth:`from_json` reads back)."""
+        return {"verified": self.verified, "max_abs_diff": self.max_abs_diff, "baseline": self.baseline,
+                "per_dtype": [list(p) for p in self.per_dtype]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GoldenRecord:
+        """A record from :meth:`to_json`'s object; a missing field takes its default (unverified)."""
+        return cls(verified=bool(data.get("verified", False)), max_abs_diff=data.get("max_abs_diff"),
+                   baseline=data.get("baseline"), per_dtype=tuple((d, float(v)) for d, v in data.get("per_dtype", ())))
 
 
 def _check_ref(kind: str, name: str, ref: Ref | None) -> None:

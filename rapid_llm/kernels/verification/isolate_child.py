@@ -85,12 +85,9 @@ def main(job: dict[str, Any]) -> int:
         print(RESULT_MARK + json.dumps({"setup_error": f"{type(exc).__name__}: {first}"}), flush=True)
         return 0
     report = verify(name, dtypes=job.get("dtypes_to_check"), sizes=job.get("sizes"), record=False, isolate=False)
-    g = report.record
     print(RESULT_MARK + json.dumps({"passed": report.passed, "report": str(report),
                                     "summary": str(report).splitlines()[0], "device_error": device_error(),
-                                    "golden": {"verified": g.verified, "max_abs_diff": g.max_abs_diff,
-                                               "baseline": g.baseline,
-                                               "per_dtype": [list(p) for p in g.per_dtype]}}), flush=True)
+                                    "golden": report.record.to_json()}), flush=True)
     return 0
 
 
