@@ -1,5 +1,5 @@
-// The kernels of fused_add_rms_norm.cu and their launch (kAdd = false is a plain rms_norm, which
-// rms_norm.cu, notebook 06's promoted cell, keeps in its own copy).
+// The kernels of rms_norm.cu (kAdd = false) and fused_add_rms_norm.cu (kAdd = true), and their launch:
+// both launchers are a few checks over launch_rms_norm below.
 //
 // out = total / sqrt(mean(total^2) + eps) * weight per token row, where total is x
 // (rms_norm) or x + residual formed in fp32 (fused_add_rms_norm, which also writes
@@ -33,6 +33,19 @@ namespace rms_norm_detail {
 constexpr int kVecBytes = 16;            // one 128-bit load or store
 constexpr int kMaxThreads = 512;         // per block; __launch_bounds__ below
 constexpr int kMaxWarps = kMaxThreads / 32;
+
+// out and x of a kernel: fused_add_rms_norm writes out over x (kAdd: they alias, plain pointers);
+// rms_norm's are distinct tensors, so they are __restrict__ and x loads through the read-only path.
+template <typename P, bool kAlias>
+struct RowPtr {
+  using type = P* __restrict__;
+};
+template <typename P>
+struct RowPtr<P, true> {
+  using type = P*;
+};
+template <typename P, bool kAlias>
+using row_ptr = typename RowPtr<P, kAlias>::type;
 
 }  // namespace rms_norm_detail
 
@@ -75,8 +88,8 @@ __device__ __forceinline__ float inv_rms(float sum_sq, int hidden, float eps) {
 // launcher checks).
 template <typename T, int kVecs, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_vec_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
-                        int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps) {
+    rms_norm_vec_kernel(row_ptr<T, kAdd> out, row_ptr<const T, kAdd> x, T* residual, const T* __restrict__ weight,
+                        int64_t out_stride, int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps) {
   static_assert(sizeof(Vec<T>) == sizeof(uint4), "a Vec must travel as one 128-bit access");
   constexpr int kN = Vec<T>::kN;
   __shared__ float partials[kMaxWarps];
@@ -86,22 +99,25 @@ __global__ void __launch_bounds__(kMaxThreads)
   const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
   uint4* res_v = reinterpret_cast<uint4*>(residual + row * res_stride);
 
+  // The weight's loads join the row's before the reduction, so the scale-and-store after the barrier waits
+  // on no memory; except with x, residual and weight all at 4 vectors a thread (48 registers of raw data),
+  // where on an H200 the lost occupancy cost more (fp32 hidden 4096: 1% slower) than the early load saved.
+  // rms_norm issues each weight vector beside its x vector, fused_add_rms_norm after all of x and residual
+  // (the orders each was measured in).
+  constexpr bool kWeightEarly = !(kAdd && kVecs == 4);
+  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
   Vec<T> xv[kVecs];
   Vec<T> rv[kAdd ? kVecs : 1];
+  Vec<T> wv[kWeightEarly ? kVecs : 1];
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {  // every load in flight before any is used
     const int i = threadIdx.x + k * blockDim.x;
     const bool in = live && i < n_vec;
     *reinterpret_cast<uint4*>(&xv[k]) = in ? x_v[i] : make_uint4(0, 0, 0, 0);
     if constexpr (kAdd) *reinterpret_cast<uint4*>(&rv[k]) = in ? res_v[i] : make_uint4(0, 0, 0, 0);
+    if constexpr (!kAdd) *reinterpret_cast<uint4*>(&wv[k]) = in ? __ldg(w_v + i) : make_uint4(0, 0, 0, 0);
   }
-  // The weight's loads join the row's before the reduction, so the scale-and-store after the barrier waits
-  // on no memory; except with x, residual and weight all at 4 vectors a thread (48 registers of raw data),
-  // where on an H200 the lost occupancy cost more (fp32 hidden 4096: 1% slower) than the early load saved.
-  constexpr bool kWeightEarly = !(kAdd && kVecs == 4);
-  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
-  Vec<T> wv[kWeightEarly ? kVecs : 1];
-  if constexpr (kWeightEarly) {
+  if constexpr (kAdd && kWeightEarly) {
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
@@ -133,9 +149,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int k = 0; k < kVecs; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n_vec) {
-      Vec<T> w;  // read by every row: __ldg keeps it in the read-only cache
-      if constexpr (kWeightEarly) w = wv[k];
-      else *reinterpret_cast<uint4*>(&w) = __ldg(w_v + i);
+      // The weight (read by every row: __ldg keeps it in the read-only cache). rms_norm reads its early
+      // vector in place, fused_add_rms_norm through a copy: the code each was measured as (bf16 schedules differ).
+      Vec<T> copy;
+      if constexpr (kAdd && kWeightEarly) copy = wv[k];
+      if constexpr (kAdd && !kWeightEarly) *reinterpret_cast<uint4*>(&copy) = __ldg(w_v + i);
+      const Vec<T>& w = kAdd ? copy : wv[kAdd ? 0 : k];
       Vec<T> y;
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
@@ -151,8 +170,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 // Any hidden size and alignment: two passes with scalar accesses (see the file comment).
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_generic_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
-                            int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps) {
+    rms_norm_generic_kernel(row_ptr<T, kAdd> out, row_ptr<const T, kAdd> x, T* residual,
+                            const T* __restrict__ weight, int64_t out_stride, int64_t x_stride, int64_t res_stride,
+                            int64_t rows, int hidden, float eps) {
   __shared__ float partials[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;
@@ -191,12 +211,13 @@ namespace rms_norm_detail {
 // The kernels the launch below starts, declared (the device pass defines them).
 template <typename T, int kVecs, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_vec_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
-                        int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps);
+    rms_norm_vec_kernel(row_ptr<T, kAdd> out, row_ptr<const T, kAdd> x, T* residual, const T* __restrict__ weight,
+                        int64_t out_stride, int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps);
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
-    rms_norm_generic_kernel(T* out, const T* x, T* residual, const T* __restrict__ weight, int64_t out_stride,
-                            int64_t x_stride, int64_t res_stride, int64_t rows, int hidden, float eps);
+    rms_norm_generic_kernel(row_ptr<T, kAdd> out, row_ptr<const T, kAdd> x, T* residual,
+                            const T* __restrict__ weight, int64_t out_stride, int64_t x_stride, int64_t res_stride,
+                            int64_t rows, int hidden, float eps);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 
@@ -211,6 +232,7 @@ struct RowStrides {
   int64_t out, x, residual;
 };
 
+// kAdd = false (rms_norm): residual is null and s.residual unused; out and x must not overlap.
 template <bool kAdd, typename T>
 void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStrides s, int64_t rows, int64_t hidden,
                      int64_t esize, double eps) {
