@@ -29,13 +29,8 @@ __global__ void scale_other_stream_kernel(T* __restrict__ out, const T* __restri
 template <typename T>
 __global__ void scale_other_stream_kernel(T* __restrict__ out, const T* __restrict__ in, float factor, int64_t n);
 
-// The module's kernel table (written by the fast path's builder; the binding fills the handles at load).
-extern "C" {
-extern const int rl_kernel_count;
-extern const void* const rl_kernel_symbols[];
-extern void* rl_kernel_handles[];
-extern const rl_runtime* rl_runtime_slot;
-}
+// The module's kernel table (rl_kernel_count, rl_kernel_symbols, rl_kernel_handles, rl_runtime_slot) is declared
+// in rapid_llm_abi.h; the fast path's builder writes it, the binding fills the handles at load.
 
 namespace {
 // cudaStreamLegacy / CU_STREAM_LEGACY: the legacy default stream, whatever stream torch has current.

@@ -22,22 +22,16 @@ _SHARED_FLAG_PREFIXES = ("-D", "-U", "-I")  # flags both passes must see
 
 
 def _stub_source(cubin: Path, kernels: list[str]) -> str:
-    """The table that ties host symbols to device kernels (same mangled names), and the cubin as data."""
-    lines = ['#include "rapid_llm_abi.h"', "#define RL_STUB __attribute__((visibility(\"hidden\"), noinline))"]
-    for symbol in kernels:
-        lines.append(f"RL_STUB void {symbol}(void) {{ __asm__ volatile(\"\"); }}")
-    n = len(kernels)
-    lines += [
-        "const int rl_abi_version = RL_ABI_VERSION;",
-        f"const int rl_kernel_count = {n};",
-        "const char* const rl_kernel_names[] = {" + "".join(f'"{s}", ' for s in kernels) + "0};",
-        "const void* const rl_kernel_symbols[] = {" + "".join(f"(const void*)&{s}, " for s in kernels) + "0};",
-        f"void* rl_kernel_handles[{n + 1}];",
-        "const rl_runtime* rl_runtime_slot;",
-        '__asm__(".section .rodata\\n.balign 64\\n.globl rl_cubin_data\\n.type rl_cubin_data, @object\\n"',
-        f'        "rl_cubin_data:\\n.incbin \\"{cubin}\\"\\n.byte 0\\n.previous\\n");',
-    ]
-    return "\n".join(lines) + "\n"
+    """The table that ties host symbols to device kernels (same mangled names), and the cubin as data.
+
+    Only the kernels and the cubin's path are filled in here: the table's symbols are
+    rapid_llm_abi.h's (its kernel table), the one place the binding's names are spelled.
+    """
+    return "\n".join([
+        "#define RL_TABLE_KERNELS(K) " + " ".join(f"K({s})" for s in kernels),
+        f'#define RL_TABLE_CUBIN "{cubin}"',
+        '#include "rapid_llm_abi.h"',
+    ]) + "\n"
 
 
 def warm(cxx: str | None = None) -> None:

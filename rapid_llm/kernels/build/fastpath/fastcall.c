@@ -156,7 +156,7 @@ static int device_attribute(int attribute, int device, int* value) {
   return r != 0 ? r : cu.device_attr(value, attribute, dev);
 }
 
-static const rl_runtime runtime = {RL_ABI_VERSION, launch, error_string, device_attribute};
+static const rl_runtime runtime = {launch, error_string, device_attribute};
 
 /* ---- per-call conversion ---- */
 static int dtype_code(DLDataType t) {
@@ -320,6 +320,24 @@ static PyObject* fastcall_init(PyObject* m, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* A module's symbols (rapid_llm_abi.h's list), each a pointer to what the module defines. */
+typedef struct {
+#define RL_FIELD_(type, name, array) type* name;
+  RL_MODULE_SYMBOLS(RL_FIELD_)
+#undef RL_FIELD_
+  const rl_export* (*exports)(void);
+} module_symbols;
+
+/* Every symbol of the list looked up by its name; 0 when one is missing (not a fast-path module). */
+static int find_symbols(void* lib, module_symbols* s) {
+#define RL_FIND_(type, name, array) \
+  if (!(s->name = (type*)dlsym(lib, #name))) return 0;
+  RL_MODULE_SYMBOLS(RL_FIND_)
+#undef RL_FIND_
+  *(void**)(&s->exports) = dlsym(lib, RL_STR(RL_EXPORTS_FN));
+  return s->exports != NULL;
+}
+
 static PyObject* fastcall_load(PyObject* m, PyObject* args) {
   const char* path;
   PyObject* owner;
@@ -333,22 +351,21 @@ static PyObject* fastcall_load(PyObject* m, PyObject* args) {
     PyErr_Format(PyExc_ImportError, "cannot load %s: %s", path, dlerror());
     return NULL;
   }
-  int* abi = dlsym(lib, "rl_abi_version");
-  const rl_export* (*exports)(void) = (const rl_export* (*)(void))dlsym(lib, "rapid_llm_exports");
-  const int* count = dlsym(lib, "rl_kernel_count");
-  const char* const* names = dlsym(lib, "rl_kernel_names");
-  void** handles = dlsym(lib, "rl_kernel_handles");
-  const rl_runtime** slot = dlsym(lib, "rl_runtime_slot");
-  const char* cubin = dlsym(lib, "rl_cubin_data");
-  if (!abi || !exports || !count || !names || !handles || !slot || !cubin) {
+  module_symbols sym;
+  if (!find_symbols(lib, &sym)) {
     PyErr_Format(PyExc_ImportError, "%s is not a rapid_llm fast-path module", path);
     return NULL;
   }
-  if (*abi != RL_ABI_VERSION) {
-    PyErr_Format(PyExc_ImportError, "%s was built for fast-path ABI %d, this binding speaks %d", path, *abi,
-                 RL_ABI_VERSION);
+  if (*sym.rl_abi_version != RL_ABI_VERSION) {
+    PyErr_Format(PyExc_ImportError, "%s was built for fast-path ABI %d, this binding speaks %d", path,
+                 *sym.rl_abi_version, RL_ABI_VERSION);
     return NULL;
   }
+  const int* count = sym.rl_kernel_count;
+  const char* const* names = sym.rl_kernel_names;
+  void** handles = sym.rl_kernel_handles;
+  const rl_runtime** slot = sym.rl_runtime_slot;
+  const char* cubin = sym.rl_cubin_data;
   /* Without a driver (a CPU-only machine) the launchers still load; launching a kernel then raises. */
   if (*count > 0 && load_driver() == NULL) {
     void* image = NULL; /* the cubin, loaded into every context on first use */
@@ -368,7 +385,7 @@ static PyObject* fastcall_load(PyObject* m, PyObject* args) {
   *slot = &runtime;
   PyObject* out = PyList_New(0);
   if (!out) return NULL;
-  for (const rl_export* e = exports(); e; e = e->next) {
+  for (const rl_export* e = sym.exports(); e; e = e->next) {
     Launcher* l = PyObject_New(Launcher, &LauncherType);
     if (!l) goto fail;
     l->def.ml_name = e->name;

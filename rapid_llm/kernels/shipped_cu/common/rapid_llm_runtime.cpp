@@ -8,14 +8,8 @@
 
 #include "rapid_llm.cuh"
 
-// Defined by each module's generated kernel table; the binding fills the handles at load.
-extern "C" {
-extern const int rl_kernel_count;
-extern const void* const rl_kernel_symbols[];
-extern const char* const rl_kernel_names[];
-extern void* rl_kernel_handles[];
-extern const rl_runtime* rl_runtime_slot;
-}
+// rl_kernel_count, rl_kernel_symbols, rl_kernel_names, rl_kernel_handles and rl_runtime_slot are declared in
+// rapid_llm_abi.h and defined by each module's kernel table; the binding fills the handles at load.
 
 namespace rl {
 namespace {
@@ -124,18 +118,11 @@ Registrar::Registrar(const char* name, const char* sig, char result, const char*
 
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
-    case RL_FP32: return "fp32";
-    case RL_FP16: return "fp16";
-    case RL_BF16: return "bf16";
-    case RL_FP64: return "fp64";
-    case RL_INT8: return "int8";
-    case RL_INT16: return "int16";
-    case RL_INT32: return "int32";
-    case RL_INT64: return "int64";
-    case RL_UINT8: return "uint8";
-    case RL_BOOL: return "bool";
-    case RL_FP8_E4M3: return "fp8_e4m3";
-    case RL_FP8_E5M2: return "fp8_e5m2";
+#define RL_DTYPE_CASE_(e, code, name) \
+  case e:                             \
+    return name;
+    RL_DTYPES(RL_DTYPE_CASE_)
+#undef RL_DTYPE_CASE_
     default: return "an unsupported dtype";
   }
 }
@@ -256,4 +243,5 @@ int sm_count() {
 
 }  // namespace rl
 
-extern "C" __attribute__((visibility("default"))) const rl_export* rapid_llm_exports() { return rl::export_head; }
+// rapid_llm_exports(), under the name rapid_llm_abi.h gives the binding.
+extern "C" RL_ABI_VISIBLE const rl_export* RL_EXPORTS_FN(void) { return rl::export_head; }
