@@ -3,8 +3,9 @@
 Rows are compared with an oracle, never with each other: two rows can share a
 bug. Each op has one oracle, the one its declaration holds (its group's
 reference module); :func:`oracle` returns it, so tests, notebooks and
-``verify`` check against the same function. ``tolerance`` says how far a
-correctly rounded result in a given dtype may sit from it.
+``verify`` check against the same function. Closeness is judged by verify's
+rule (rapid_llm.kernels.verification.comparison), at the ``ulps`` a test asks
+for: ``tolerance`` is the bound of one rounding, ``assert_close_to_ref`` the check.
 """
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from typing import Any, Callable
 import torch
 
 from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification import comparison
+
+#: A result rounded once into its dtype (or via fp32) is within one eps of relative precision.
+ONE_ROUNDING = 1.0
 
 
 def oracle(op: str) -> Callable[..., Any]:
@@ -26,27 +31,29 @@ def scale_ref(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 def tolerance(dtype: torch.dtype, ref: torch.Tensor) -> torch.Tensor:
-    """Elementwise bound for a result rounded once (or twice, via fp32) into ``dtype``.
+    """Elementwise bound for a result rounded once (or twice, via fp32) into ``dtype``: verify's rule at one ulp.
 
     One rounding into ``dtype`` is at most half an ulp: eps/2 * |ref|. A row
     that computes in fp32 and then rounds into a half type can be off by one
     more fp32 rounding, far below the half-type ulp; ``eps * |ref|`` covers both
     with margin, plus the smallest normal for values near zero.
     """
-    info = torch.finfo(dtype)
-    return ref.abs() * info.eps + info.tiny
+    return comparison.allowed_error(ref.abs(), dtype, ulps=ONE_ROUNDING)
 
 
-def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    """Fail with the worst element when ``out`` is further from ``ref`` than one rounding allows."""
+def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str, *, ulps: float = ONE_ROUNDING,
+                        magnitude: torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
+    """Fail with the worst element where ``out`` is further from the float64 ``ref`` than verify's rule
+    (rapid_llm.kernels.verification.comparison) allows at ``ulps`` of ``dtype`` (default ``out.dtype``: the
+    precision the result was computed in); NaN passes only where ``ref`` is NaN."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     if out.numel() == 0:
         return
-    diff = (out.to(torch.float64) - ref.to(ref.device)).abs()
-    bound = tolerance(out.dtype, ref)
-    bad = diff > bound
+    errors = comparison.element_errors(out.cpu(), ref.cpu().to(torch.float64), dtype, ulps=ulps,
+                                       magnitude=None if magnitude is None else magnitude.cpu())
+    bad = errors.diff > errors.allowed
     if bool(bad.any()):
-        i = int(torch.argmax((diff - bound).flatten()))
+        i = int(torch.argmax((errors.diff / errors.allowed).flatten()))
         raise AssertionError(
             f"{what}: {int(bad.sum())} of {out.numel()} elements off; worst at flat index {i}: "
             f"got {out.flatten()[i].item()!r}, expected {ref.flatten()[i].item()!r}"

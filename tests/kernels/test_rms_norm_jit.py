@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from rapid_llm.kernels.registry import spec
-from tests.reference import oracle
+from tests.kernels.test_rms_norm import ULPS
+from tests.reference import assert_close_to_ref, oracle
 
 needs_toolchain = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
                                      reason="the fast path needs g++ and the CUDA toolkit's headers (nvcc)")
@@ -102,14 +103,13 @@ def test_vector_and_scalar_paths_agree_with_the_oracle(rows, dtype, hidden):
     buf = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")
     x_off = buf[1:].view_as(x).copy_(x)
     want = oracle("rms_norm")(x.cpu().double(), w.cpu().double(), 1e-6)
-    rtol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}[dtype]
     for got in (rms(x, w, 1e-6), rms(x_off, w, 1e-6)):
-        torch.testing.assert_close(got.cpu().double(), want, rtol=rtol, atol=torch.finfo(dtype).tiny)
+        assert_close_to_ref(got, want, f"rms_norm {dtype} hidden {hidden}", ulps=ULPS[dtype])
     want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double(), 1e-6)
     xs, rs = x.clone(), r.clone()
     assert fused(xs, rs, w, 1e-6) is None
-    torch.testing.assert_close(torch.cat([rs.flatten(), xs.flatten()]).cpu().double(), want, rtol=rtol,
-                               atol=torch.finfo(dtype).tiny)
+    assert_close_to_ref(torch.cat([rs.flatten(), xs.flatten()]), want, f"fused_add_rms_norm {dtype} hidden {hidden}",
+                        ulps=ULPS[dtype])
 
 
 @pytest.mark.gpu
@@ -117,7 +117,7 @@ def test_many_rows_of_a_narrow_hidden_share_blocks(rows):
     """hidden 64 bf16 needs 8 threads; rows are packed several to a block, and the last block is partial."""
     x, w = cuda_randn(1001, 64), cuda_randn(64)
     want = oracle("rms_norm")(x.cpu().double(), w.cpu().double(), 1e-6)
-    torch.testing.assert_close(rows[0](x, w, 1e-6).cpu().double(), want, rtol=1.6e-2, atol=1e-30)
+    assert_close_to_ref(rows[0](x, w, 1e-6), want, "rms_norm 1001 x 64", ulps=ULPS[torch.bfloat16])
 
 
 @pytest.mark.gpu
@@ -140,7 +140,8 @@ def test_graph_capture_replays(rows):
     rf.copy_(r)
     graph.replay()
     torch.cuda.synchronize()
-    torch.testing.assert_close(out.cpu().double(), oracle("rms_norm")(x.cpu().double(), w.cpu().double()),
-                               rtol=1.6e-2, atol=1e-30)
+    assert_close_to_ref(out, oracle("rms_norm")(x.cpu().double(), w.cpu().double()), "replayed rms_norm",
+                        ulps=ULPS[torch.bfloat16])
     want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double())
-    torch.testing.assert_close(torch.cat([rf.flatten(), xf.flatten()]).cpu().double(), want, rtol=1.6e-2, atol=1e-30)
+    assert_close_to_ref(torch.cat([rf.flatten(), xf.flatten()]), want, "replayed fused_add_rms_norm",
+                        ulps=ULPS[torch.bfloat16])

@@ -14,6 +14,7 @@ import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification.comparison import to64
 
 # Discover the shipped ops before importing a group's module: a group first imported outside
 # discovery declares its op outside the record that every test's fresh registry is built from.
@@ -21,7 +22,7 @@ spec.all_ops()
 
 from rapid_llm.kernels.ops.rope import rotary_embedding_reference as R  # noqa: E402
 from rapid_llm.kernels.ops.rope.rotary_embedding_native import rotary_embedding as native  # noqa: E402
-from tests.reference import oracle  # noqa: E402
+from tests.reference import assert_close_to_ref, oracle  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -61,12 +62,9 @@ def _recipe(positions, q, k, head_size, cache, is_neox) -> torch.Tensor:
 
 def _check_against_oracle(got: torch.Tensor, args: tuple) -> None:
     """Within 2 eps of |x cos| + |y sin| of the float64 answer, element by element."""
-    args64 = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-    exact = oracle("rotary_embedding")(*args64)
-    scale = R.magnitude(*args64)
-    eps = torch.finfo(got.dtype).eps
-    bad = (got.double().cpu() - exact.cpu()).abs() > 2 * eps * scale.cpu() + torch.finfo(got.dtype).tiny
-    assert not bool(bad.any()), f"{int(bad.sum())} of {bad.numel()} elements off"
+    args64 = to64(args)
+    assert_close_to_ref(got, oracle("rotary_embedding")(*args64), "rotary_embedding", ulps=2,
+                        magnitude=R.magnitude(*args64))
 
 
 # ------------------------------------------------------------------ native: the contract, everywhere

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels.registry import spec
+from tests.reference import assert_close_to_ref
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
@@ -69,10 +70,7 @@ def weight(hidden: int, dtype: torch.dtype) -> torch.Tensor:
 
 def assert_like_floor(got: torch.Tensor, floor: torch.Tensor, what: str) -> None:
     """Within two roundings of the floor's value (the rows sum in another order than torch)."""
-    eps = torch.finfo(got.dtype).eps
-    diff = (got.double() - floor.double()).abs()
-    bound = 4 * eps * floor.double().abs() + torch.finfo(got.dtype).tiny
-    assert bool((diff <= bound).all()), f"{what}: worst |diff| {float(diff.max()):.3g} against the floor"
+    assert_close_to_ref(got, floor.double(), f"{what} against the floor", ulps=4)
 
 
 def test_the_fast_rows_declare_rows_and_the_floor_takes_every_layout():

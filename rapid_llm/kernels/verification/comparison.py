@@ -41,7 +41,7 @@ from rapid_llm.kernels.verification.compare_modes import CaseErrors
 from rapid_llm.kernels.verification.report import ElementDiff, GoldenError
 
 __all__ = ["TOP_K", "HISTOGRAM_SAMPLES", "CaseErrors", "Accumulator", "abs_diff", "element_errors",
-           "compare_case", "abs_tolerance", "rule_text", "to64"]
+           "allowed_error", "compare_case", "abs_tolerance", "rule_text", "to64"]
 
 #: Worst elements kept per dtype, and how many |diff| values feed the histogram.
 TOP_K = 5
@@ -61,18 +61,23 @@ def to64(args: tuple) -> tuple:
     return tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
 
 
+def allowed_error(scale: torch.Tensor, dtype: torch.dtype, *, ulps: float) -> torch.Tensor:
+    """The rule's relative term per element: ``ulps * eps * m + tiny`` in ``dtype`` (an infinite ``m`` sets none)."""
+    info = torch.finfo(dtype)
+    return ulps * info.eps * scale.nan_to_num(posinf=0.0) + info.tiny
+
+
 def element_errors(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype | None = None, *,
                    ulps: float, magnitude: torch.Tensor | None = None) -> CaseErrors:
-    """Per element: |got - exact|, what the rule allows there (``ulps * eps * m + tiny``), and ``m``.
+    """Per element: |got - exact|, what the rule allows there (:func:`allowed_error`), and ``m``.
 
     ``dtype`` is the one the row computed in (default ``got.dtype``); ``exact`` is float64 on
     ``got``'s device. The baseline term of the rule is :func:`compare_case`'s.
     """
     dtype = got.dtype if dtype is None else dtype
-    info = torch.finfo(dtype)
     scale = exact.abs() if magnitude is None else torch.maximum(exact.abs(), magnitude.to(exact.device))
     d = abs_diff(got.to(torch.float64), exact, exact.to(dtype).to(torch.float64))
-    return CaseErrors(d, ulps * info.eps * scale.nan_to_num(posinf=0.0) + info.tiny, scale)
+    return CaseErrors(d, allowed_error(scale, dtype, ulps=ulps), scale)
 
 
 @dataclass
