@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib.util
 import json
 import re
@@ -88,7 +87,7 @@ def digest_of(row: KernelSpec) -> str | None:
     if isinstance(target, JitRow):
         return source_digest(target.source.read_text()) if target.source.is_file() else None
     path = _module_file(target)
-    return None if path is None else hashlib.sha256(path.read_bytes()).hexdigest()
+    return None if path is None else source_digest(path.read_text())
 
 
 def _module_file(target: Any) -> Path | None:
@@ -233,7 +232,7 @@ def _module_version(row: KernelSpec, text: str, label: str, origin: str) -> RowV
     if re.search(r"^\s*from\s+\.", text, re.M):
         raise VersionError(f"{row.name}: {module} at {label} uses relative imports, so it cannot be loaded outside "
                            "its package")
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    digest = source_digest(text)
     name = f"rapid_llm_version_{digest[:16]}"
     path = _scratch(digest) / f"{module.rsplit('.', 1)[-1]}.py"
     _write(path, text)

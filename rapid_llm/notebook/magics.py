@@ -11,7 +11,6 @@ only when a cell runs.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 import shlex
 import time
@@ -143,9 +142,10 @@ class CudaJitMagics(Magics):
         path = workspace.cell_path(csrc, group, name)
         shown = path.relative_to(csrc.parent).as_posix()
         workspace.write_atomic(path, cell)
-        digest = hashlib.sha256("\0".join((cell, *flags)).encode()).hexdigest()
-
         from rapid_llm.kernels.build import jit
+        from rapid_llm.kernels.build.jit_row import source_digest
+
+        digest = source_digest(cell, flags)
 
         availability = jit.available()
         compile_only = None

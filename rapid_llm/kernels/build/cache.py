@@ -158,6 +158,11 @@ def target_arch() -> str:
 
 
 def cache_key(source: Path, extra_cuda_cflags: Sequence[str], builder: str = "torch") -> str:
+    """The name of a build: everything that changes the binary (see the module docstring).
+
+    Not the digest of a source (``jit_row.source_digest``, which names the code): the same code
+    built with other headers, another toolchain or for another arch is another build.
+    """
     h = hashlib.sha256()
     h.update(builder.encode())
     for path in local_sources(source):

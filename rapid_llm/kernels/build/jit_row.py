@@ -23,7 +23,7 @@ import json
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -42,9 +42,16 @@ _FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "prio
 OUT_RULES = {"like_input": 0, "half_last_dim": 1, "none": 2}
 
 
-def source_digest(text: str) -> str:
-    """What a verification is keyed by: the source without its row line (promote rewrites that line)."""
-    return hashlib.sha256(_HEADER_RE.sub("", text).encode()).hexdigest()
+def source_digest(text: str, flags: Sequence[str] = ()) -> str:
+    """The digest of a source: what names the code a row runs, wherever a digest of a source is needed.
+
+    The row line is left out (promote rewrites that line; the code stays the same). ``flags``, when
+    given, are part of it: a cell built with other flags is other code, so a verification remembered
+    for one (keyed by this digest) does not carry over to the other. The build cache's key
+    (``cache.cache_key``) is not this digest: it names a build, so it also covers the included
+    headers, the toolchain, the arch and Python, which change the binary and not the code.
+    """
+    return hashlib.sha256("\0".join((_HEADER_RE.sub("", text), *flags)).encode()).hexdigest()
 
 
 class JitRow:
