@@ -1,5 +1,6 @@
-"""Turning a cell's build into a dispatch row: which launcher, and the KernelSpec (the out-first call is
-``rapid_llm.kernels.build.jit_row.JitRow``'s).
+"""Turning a cell's build into a dispatch row: which launcher, and the KernelSpec.
+
+The row's target, the out-first call, is a ``rapid_llm.kernels.build.jit_row.JitRow``.
 
 A row made here is named ``jit/<NAME>`` and starts golden-unverified, so it
 cannot win dispatch until it has been checked against its baseline. Its
@@ -81,16 +82,16 @@ def pick_launcher(functions: dict[str, Callable[..., Any]], name: str, fn: str |
     )
 
 
-def not_built(row: str, reason: str) -> tuple[Callable[..., Any], Callable[..., Availability]]:
-    """Target and probe of a row whose module could not be built here."""
+def not_built(reason: str) -> Callable[..., Availability]:
+    """The availability probe of a row whose module could not be built (or cannot run) here.
 
-    def target(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"{row} was not built on this machine: {reason}")
+    Its target is a JitRow with ``not_built`` set, which raises with the same reason when called.
+    """
 
     def probe(device: Any = None) -> Availability:
         return Availability(False, reason)
 
-    return target, probe
+    return probe
 
 
 def check_can_register(name: str, op: str) -> None:

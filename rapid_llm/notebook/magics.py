@@ -1,8 +1,9 @@
 """``%%cuda_jit``: a notebook cell becomes a compiled, bound, registered op.
 
 The magic only orchestrates; each step lives in its own module:
-workspace (where the cell is saved), ``rapid_llm.kernels.build.jit`` (the content-
-keyed build cache and its builders), progress (the elapsed line),
+workspace (where the cell is saved: ``csrc/``, the cells' workspace, never the
+package's shipped sources), ``rapid_llm.kernels.build.jit`` (the builders, over the
+content-keyed cache of ``rapid_llm.kernels.build.cache``), progress (the elapsed line),
 compile_errors (the compiler's errors at cell line numbers), cell_rows (the
 launcher and the KernelSpec row; the out-first call is
 ``rapid_llm.kernels.build.jit_row.JitRow``'s). torch and the toolchain are touched
@@ -66,7 +67,8 @@ class CudaJitMagics(Magics):
         self._bound: dict[str, dict[str, Any]] = {}
 
     @magic_arguments("%cuda_jit")  # shown with a '%' prefix: %%cuda_jit
-    @argument("name", metavar="NAME", help="module name, a plain identifier: the cell is saved as csrc/<group>/NAME.cu")
+    @argument("name", metavar="NAME", help="module name, a plain identifier: the cell is saved as csrc/<group>/NAME.cu "
+                                           "(csrc/: the cells' workspace, not shipped sources)")
     @argument("--group", "-g", default=None, help="subfolder of csrc/ (a plain identifier), e.g. elementwise")
     @argument("--op", default=None,
               help="register the build as row jit/NAME of this op: op(input, *args, out=None) "
@@ -88,7 +90,9 @@ class CudaJitMagics(Magics):
     def cuda_jit(self, line: str, cell: str) -> None:
         """Save the cell as CUDA C++, build it, bind its functions, and with --op register a row.
 
-        An unchanged cell re-run loads from the build cache at once; an edited
+        The cell is saved as csrc/<group>/NAME.cu: csrc/ at the project root
+        is the cells' workspace, not the package's shipped sources (those live
+        in rapid_llm/kernels/shipped_cu/; promote() makes a cell one). An unchanged cell re-run loads from the build cache at once; an edited
         one rebuilds and its new code is what runs, no restart needed. A
         compile error shows the compiler's errors at the cell's line numbers
         and the last good build keeps serving. Without a GPU or nvcc the cell
@@ -169,7 +173,7 @@ class CudaJitMagics(Magics):
             row = cell_rows.row_name(name)
             from rapid_llm.kernels.build.jit_row import JitRow
 
-            _, probe = cell_rows.not_built(row, f"not built: {reason}")
+            probe = cell_rows.not_built(f"not built: {reason}")
             target = JitRow(path, args.fn or name, not_built=f"not built: {reason}", out=args.out)
             cell_rows.register_cell_row(
                 name, args.op, target=target, available=probe, dtypes=dtypes,
@@ -196,7 +200,7 @@ class CudaJitMagics(Magics):
             launcher = cell_rows.pick_launcher(functions, name, args.fn)
             row = cell_rows.row_name(name)
             why = f"compiled here for {jit.target_arch_name()}, cannot run here: {reason}"
-            _, probe = cell_rows.not_built(row, why)
+            probe = cell_rows.not_built(why)
             cell_rows.register_cell_row(
                 name, args.op, target=JitRow(path, launcher, not_built=why, out=args.out), available=probe,
                 dtypes=dtypes, graph_safe=not args.not_graph_safe, digest=digest,

@@ -217,7 +217,8 @@ def compile_check(source: str | os.PathLike, archs: Sequence[str] | None = None,
 
 @functools.cache
 def load_jit(name: str, source: str, *, extra_cuda_cflags: tuple[str, ...] = ("-O3",)) -> ModuleType:
-    """Compile ``csrc/<source>`` on first use in this process; return the extension module.
+    """Compile ``source`` (relative to the shipped sources, ``kernels/shipped_cu/``) on first use in this
+    process; return the extension module.
 
     Memoised per process on (name, source, flags) so the per-call path costs
     one dict lookup; the disk cache under it is keyed by content, so a new
