@@ -1,6 +1,6 @@
 """The fast build path: a CUDA source without torch headers, built in well under a second.
 
-A fast-path source (see ``csrc/common/rapid_llm.cuh``) is compiled as two
+A fast-path source (see ``kernels/shipped_cu/common/rapid_llm.cuh``) is compiled as two
 independent halves: the host code by the host C++ compiler against a light
 header, the device code by NVRTC (``nvcc -cubin`` where NVRTC is missing).
 The kernels the host code launches are read from its object file and
