@@ -1,3 +1,4 @@
+// Frozen input of the build benchmark (benchmarks/jit/bench_build.py): keep unchanged (README.md here).
 // rms_norm: out = x / sqrt(mean(x^2) + eps) * weight, rows of [tokens, hidden]; fp32 accumulation,
 // the weight multiplied in fp32 and rounded once. One block per row.
 #include "common/rapid_llm.cuh"

@@ -1,3 +1,4 @@
+// Frozen input of the build benchmark (benchmarks/jit/bench_build.py): keep unchanged (README.md here).
 // rms_norm through torch's extension loader: the same kernel as ../fast/rms_norm.cu.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>

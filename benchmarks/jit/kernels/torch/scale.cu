@@ -1,3 +1,4 @@
+// Frozen input of the build benchmark (benchmarks/jit/bench_build.py): keep unchanged (README.md here).
 // scale: out = input * factor, fp16 / bf16 / fp32.
 // The tutorial's kernel: one element per thread. Simple and correct, and far
 // below the copy roofline (see notebooks/01_add_jit_kernel.ipynb for the

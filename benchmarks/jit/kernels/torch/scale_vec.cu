@@ -1,3 +1,4 @@
+// Frozen input of the build benchmark (benchmarks/jit/bench_build.py): keep unchanged (README.md here).
 // scale_vec: out = input * factor, fp16 / bf16 / fp32.
 // Each thread moves 16 bytes per load and per store (128-bit accesses), keeps
 // several of them in flight, and walks the tensor in a grid-stride loop, so
