@@ -53,15 +53,15 @@ case $stage in
     ;;
   checks)
     step strided python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_dispatch.py -k "strided and cuda"
-    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_defects_gpu.py
+    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_defect_kernels.py
     step defect_table python scripts/defect_table.py
-    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_inside_a_kernel_gpu.py \
-      tests/kernels/test_profiling_gpu.py
+    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_inside_a_kernel.py \
+      tests/kernels/test_profiling.py -m gpu
     step notebook_08 python scripts/run_notebooks.py notebooks/08_inside_a_kernel.ipynb
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
     ;;
   newop)
-    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_new_op_gpu.py \
+    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_new_op.py \
       tests/notebook/test_magic_compile_only.py tests/kernels/test_cu_compile.py tests/kernels/test_isolate.py \
       tests/kernels/test_promote.py
     step notebook_09 python scripts/run_notebooks.py notebooks/09_new_op.ipynb

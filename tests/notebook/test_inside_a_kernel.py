@@ -1,6 +1,6 @@
 """On a GPU: a kernel's printf reaches the cell that ran it, and inspect() shows SASS beside the build facts.
 
-    python -m pytest tests/notebook/test_inside_a_kernel_gpu.py -m gpu -s
+    python -m pytest tests/notebook/test_inside_a_kernel.py -m gpu -s
 """
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ import torch
 
 from rapid_llm.kernels.platform import cuda_tool
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)"),
-]
+pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
 
 PRINTF_CELL = textwrap.dedent("""\
     %%cuda_jit say_hello --group scratch

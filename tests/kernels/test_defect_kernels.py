@@ -20,8 +20,7 @@ from rapid_llm.kernels.verification.report import GoldenReport
 from rapid_llm.kernels.build.jit_row import JitRow
 from rapid_llm.kernels.registry.spec import KernelSpec
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
 
 DEFECTS = Path(__file__).resolve().parent / "defects"
 
