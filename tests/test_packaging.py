@@ -36,3 +36,35 @@ def test_the_wheel_carries_the_shipped_figures_and_sources(wheel):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
             assert f"rapid_llm/kernels/shipped_cu/{path.relative_to(platform.SHIPPED_CU).as_posix()}" in names
     assert {"rapid_llm/kernels/build/fastpath/fastcall.c", "rapid_llm/kernels/build/fastpath/fastcall_dispatch.inc"} <= names
+
+
+def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_directory(wheel, tmp_path):
+    """Not editable, not the checkout: the figures dispatch ranks by come from the installed package's data."""
+    venv = tmp_path / "venv"
+    # --system-site-packages: torch comes from this interpreter; rapid_llm only from the wheel.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", site,
+                           str(wheel)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"pip could not install the wheel here: {proc.stderr.strip().splitlines()[-1:]}")
+    elsewhere = tmp_path / "another_project"
+    (elsewhere / "benchmarks" / "results").mkdir(parents=True)
+    (elsewhere / "pyproject.toml").write_text("[project]\nname = 'another'\n")  # a project root that is not ours
+    code = (
+        "import rapid_llm, rapid_llm.kernels as K\n"
+        "from rapid_llm.kernels.dispatch import measurements\n"
+        "print(rapid_llm.__file__)\n"
+        "fig = measurements.lookup('rms_norm', 'jit/rms_norm', 'NVIDIA H200', 'bf16', 13)\n"
+        "print(fig.median_us > 0, fig.source)\n"
+        "print(sorted(p.name for p in measurements.committed_results()))\n"
+    )
+    out = subprocess.run([str(python), "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    location, figure, files = out.stdout.splitlines()
+    assert location.startswith(site), f"imported {location}, not the installed wheel under {site}"
+    assert figure.startswith("True committed") and "rms_norm_nvidia_h200.json" in figure, figure
+    shipped = sorted(p.name for p in measurements.committed_results())
+    assert files == str(shipped)
