@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "torch_dtype", "device_label", "size_bucket", "sm_version",
-    "cache_dir", "project_root", "PACKAGE_DIR", "SHIPPED_CU", "RESULTS", "slug", "cuda_tool", "nvcc_path", "write_atomic",
+    "cache_dir", "project_root", "PACKAGE_DIR", "SHIPPED_CU", "RESULTS", "slug", "cuda_tool", "nvcc_path", "cuda_home", "write_atomic",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
 
@@ -169,6 +169,21 @@ def supported_archs() -> tuple[str, ...]:
 def nvcc_path() -> str | None:
     """The nvcc every build and probe uses (:func:`cuda_tool`'s order)."""
     return cuda_tool("nvcc")
+
+
+@functools.cache
+def cuda_home() -> Path | None:
+    """The toolkit root whose headers device code includes, in :func:`cuda_tool`'s order: $CUDA_HOME,
+    $CUDA_PATH, the folder above the nvcc it finds, /usr/local/cuda; the first with the runtime headers."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = nvcc_path()
+    if nvcc:
+        candidates.append(str(Path(nvcc).resolve().parent.parent))
+    candidates.append("/usr/local/cuda")
+    for c in candidates:
+        if c and (Path(c) / "include" / "cuda_runtime.h").is_file():
+            return Path(c)
+    return None
 
 
 @functools.cache

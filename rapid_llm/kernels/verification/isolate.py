@@ -20,7 +20,6 @@ The child is ``python -m rapid_llm.kernels.verification.isolate_child '<recipe j
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -97,13 +96,14 @@ def recipe(row: Any) -> dict[str, Any] | None:
 
 def declaration_file(op: str) -> Path | None:
     """A module declaring ``op`` as it is live here, for a child to import; None for the library's own ops."""
-    from rapid_llm.kernels.registry import opsource
     from rapid_llm.kernels import platform
+    from rapid_llm.kernels.build.jit_row import source_digest
+    from rapid_llm.kernels.registry import opsource
 
     if not opsource.needs_export(op):
         return None
     text = opsource.module_source(op, ship=False, local_imports=True)  # the child starts in our cwd
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = source_digest(text)[:16]  # the one digest of a source
     path = platform.cache_dir("declarations") / f"{op}_{digest}.py"
     if not path.is_file():
         platform.write_atomic(path, text)

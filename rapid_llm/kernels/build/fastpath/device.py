@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from rapid_llm.kernels import platform
 from rapid_llm.kernels.build.fastpath.symbols import KernelRef, cubin_functions
 
-__all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "cuda_home", "arch_name"]
+__all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "arch_name"]
 
 
 class DeviceCompileError(RuntimeError):
@@ -41,22 +42,6 @@ class DeviceCode:
         self.ptx = ptx  # NVRTC's PTX of the program (the nvcc pass keeps none)
 
 
-@functools.cache
-def cuda_home() -> Path | None:
-    """The toolkit whose headers the device pass includes: $CUDA_HOME, nvcc's, or /usr/local/cuda."""
-    from rapid_llm.kernels.build.cache import nvcc_path
-
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = nvcc_path()
-    if nvcc:
-        candidates.append(str(Path(nvcc).resolve().parent.parent))
-    candidates.append("/usr/local/cuda")
-    for c in candidates:
-        if c and (Path(c) / "include" / "cuda_runtime.h").is_file():
-            return Path(c)
-    return None
-
-
 def arch_name(capability: str) -> str:
     """``"9.0"`` -> ``"sm_90a"``: the arch-specific target, so Hopper-only instructions compile."""
     major, _, minor = capability.partition(".")
@@ -68,7 +53,7 @@ def arch_name(capability: str) -> str:
 def nvrtc_library() -> tuple[ctypes.CDLL, str] | None:
     """libnvrtc from the CUDA toolkit, else from the NVIDIA wheels torch installs; None if neither."""
     dirs = []
-    home = cuda_home()
+    home = platform.cuda_home()
     if home is not None:
         dirs += [home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib"]
     for base in sys.path:
@@ -106,7 +91,7 @@ def _nvrtc_options(flags: Sequence[str]) -> list[str]:
 
 
 def _include_dirs(source: Path, include_dirs: Sequence[Path]) -> list[str]:
-    home = cuda_home()
+    home = platform.cuda_home()
     dirs = [str(source.parent), *map(str, include_dirs)]
     if home is not None:
         dirs += [str(home / "include"), str(home / "include" / "cccl")]
