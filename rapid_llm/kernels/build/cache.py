@@ -37,7 +37,7 @@ from typing import Iterator, Protocol, Sequence
 from rapid_llm.kernels import platform
 
 __all__ = ["SHIPPED_CU", "MANIFEST", "BuildError", "BuildRequest", "BuildResult", "Builder", "module_name", "cache_root",
-           "SOURCES_DIR", "cache_key", "build_binary", "resolve_source", "nvcc_path", "target_arch", "local_sources"]
+           "SOURCES_DIR", "cache_key", "build_binary", "fetch_binary", "import_binary", "resolve_source", "nvcc_path", "target_arch", "local_sources"]
 
 SHIPPED_CU = platform.SHIPPED_CU
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
@@ -259,16 +259,22 @@ def _keep_sources(source: Path, into: Path) -> None:
 
 def build_binary(request: BuildRequest, builder: Builder) -> Path:
     """The intact cached binary of ``request``, else build and publish it under the lock."""
+    return fetch_binary(request, builder)[0]
+
+
+def fetch_binary(request: BuildRequest, builder: Builder) -> tuple[Path, bool]:
+    """:func:`build_binary`, and whether the binary came from the cache (no build in this call)."""
     so = _cached_binary(request.build_dir)
     if so is None:
         with _build_lock(request.build_dir):
+            # Another process may have published it meanwhile; a broken one is removed here.
             so = _cached_binary(request.build_dir, repair=True)
             if so is None:
-                so = _build_and_publish(request, builder)
-    return so
+                return _build_and_publish(request, builder), False
+    return so, True
 
 
-def _import_binary(request: BuildRequest, so: Path) -> ModuleType:
+def import_binary(request: BuildRequest, so: Path) -> ModuleType:
     mod_name = module_name(request)
     existing = sys.modules.get(mod_name)
     if existing is not None and getattr(existing, "__file__", None) == str(so):

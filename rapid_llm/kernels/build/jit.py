@@ -26,11 +26,9 @@ from rapid_llm.kernels.build.cache import (
     Builder,
     BuildRequest,
     BuildResult,
-    _build_and_publish,
-    _build_lock,
-    _cached_binary,
-    _import_binary,
     build_binary,
+    fetch_binary,
+    import_binary,
     cache_key,
     cache_root,
     local_sources,
@@ -173,17 +171,9 @@ def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequen
     key = cache_key(path, flags, key_name + getattr(chosen, "revision", ""))
     build_dir = cache_root() / f"{name}_{key[:16]}"
     request = BuildRequest(name, path, flags, key, build_dir, verbose)
-    so = _cached_binary(build_dir)
-    cached = so is not None
-    if so is None:
-        with _build_lock(build_dir):
-            # Another process may have published it meanwhile; a broken one is removed here.
-            so = _cached_binary(build_dir, repair=True)
-            cached = so is not None
-            if so is None:
-                so = _build_and_publish(request, chosen)
+    so, cached = fetch_binary(request, chosen)
     loader = getattr(chosen, "load", None)
-    module = loader(request, so) if loader is not None else _import_binary(request, so)
+    module = loader(request, so) if loader is not None else import_binary(request, so)
     return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name, path)
 
 

@@ -12,6 +12,9 @@ import sysconfig
 from pathlib import Path
 from types import ModuleType
 
+from rapid_llm.kernels.build import cache
+from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
+
 __all__ = ["fastcall", "load_module", "BINDING_SOURCE"]
 
 BINDING_SOURCE = Path(__file__).with_name("fastcall.c")
@@ -23,8 +26,7 @@ class _BindingBuilder:
 
     name = "fastcall-gcc"
 
-    def build(self, request):  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
+    def build(self, request):  # noqa: ANN001 - a cache.BuildRequest
 
         out = request.build_dir / f"{_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"
         cmd = [os.environ.get("CC", "gcc"), "-shared", "-fPIC", "-O2", "-std=gnu11",
@@ -42,21 +44,19 @@ def fastcall() -> ModuleType:
     """The binding module, built on first use and cached on disk like any JIT build."""
     import torch
 
-    from rapid_llm.kernels.build import cache as jit
-
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if api is None:
         raise RuntimeError(f"torch {torch.__version__} lacks the DLPack C exchange API that the fast path "
                            "calls through (torch >= 2.10); build with builder='torch' instead")
     h = hashlib.sha256()
     for path in (BINDING_SOURCE, BINDING_SOURCE.with_name("fastcall_dispatch.inc"),
-                 jit.SHIPPED_CU / "common" / "rapid_llm_abi.h"):
+                 cache.SHIPPED_CU / "common" / "rapid_llm_abi.h"):
         h.update(path.read_bytes())
     h.update(sys.version.encode())
     h.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
     key = h.hexdigest()
-    request = jit.BuildRequest("fastcall", BINDING_SOURCE, (), key, jit.cache_root() / f"fastcall_{key[:16]}")
-    so = jit.build_binary(request, _BindingBuilder())
+    request = cache.BuildRequest("fastcall", BINDING_SOURCE, (), key, cache.cache_root() / f"fastcall_{key[:16]}")
+    so = cache.build_binary(request, _BindingBuilder())
     spec = importlib.util.spec_from_file_location(_MODULE, so)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {so}")

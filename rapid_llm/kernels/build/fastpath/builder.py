@@ -12,6 +12,8 @@ from types import ModuleType
 from typing import Sequence
 
 from rapid_llm.kernels.build import buildfacts
+from rapid_llm.kernels.build.cache import (SHIPPED_CU, BuildError, BuildRequest, build_binary, cache_root, module_name,
+                                           target_arch)
 from rapid_llm.kernels.build.fastpath import device, symbols
 
 __all__ = ["FastBuilder", "HOST_FLAGS", "host_pass", "device_pass", "link", "host_support", "warm"]
@@ -59,14 +61,12 @@ def host_support(cxx: str) -> tuple[tuple[str, ...], Path]:
     (cached like any build) instead. Without a usable PCH the source simply
     includes the header itself.
     """
-    from rapid_llm.kernels.build.cache import cache_root
 
     return _host_support(cxx, cache_root())
 
 
 @functools.cache
 def _host_support(cxx: str, root: Path) -> tuple[tuple[str, ...], Path]:
-    from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildRequest, build_binary
 
     common = SHIPPED_CU / "common"
     h = hashlib.sha256()
@@ -89,7 +89,6 @@ class _HostSupportBuilder:
         self.cxx = cxx
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
         common = SHIPPED_CU / "common"
         runtime = request.build_dir / "rapid_llm_runtime.o"
@@ -114,7 +113,6 @@ def _tool(name: str) -> str:
 
 def _runner(src: Path, verbose: bool):
     """Run one compiler command; a failure is a BuildError carrying the compiler's own log (file:line kept)."""
-    from rapid_llm.kernels.build.cache import BuildError
 
     env = dict(os.environ, LC_ALL="C")
 
@@ -136,7 +134,6 @@ def host_pass(src: Path, out_dir: Path, flags: Sequence[str] = (),
 
     The host pass is the same for every GPU architecture: one pass serves them all.
     """
-    from rapid_llm.kernels.build.cache import SHIPPED_CU
 
     includes = [f"-I{SHIPPED_CU}", f"-I{SHIPPED_CU / 'common'}", f"-I{src.parent}"]
     shared = [f for f in flags if f.startswith(_SHARED_FLAG_PREFIXES)]
@@ -151,7 +148,6 @@ def host_pass(src: Path, out_dir: Path, flags: Sequence[str] = (),
 def device_pass(src: Path, kernels: list[symbols.KernelRef], capability: str, out_dir: Path,
                 flags: Sequence[str] = (), compiler: str | None = None, verbose: bool = False) -> device.DeviceCode:
     """``src``'s device code for one architecture ("9.0"), checked against the kernels the host code launches."""
-    from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
     arch = device.arch_name(capability)
     try:
@@ -169,7 +165,6 @@ def device_pass(src: Path, kernels: list[symbols.KernelRef], capability: str, ou
 def link(name: str, src: Path, out_dir: Path, host_obj: Path, code: device.DeviceCode,
          kernels: list[symbols.KernelRef], verbose: bool = False) -> Path:
     """The module's shared object: host code, host runtime, and the kernel table with the cubin embedded."""
-    from rapid_llm.kernels.build.cache import SHIPPED_CU
 
     _, runtime = host_support(os.environ.get("CXX", _tool("g++")))
     cubin = out_dir / "kernels.cubin"
@@ -194,7 +189,6 @@ class FastBuilder:
         self.device_compiler = device_compiler  # "nvrtc", "nvcc" or None (NVRTC when found)
 
     def build(self, request) -> Path:  # noqa: ANN001 - a jit.BuildRequest
-        from rapid_llm.kernels.build.cache import target_arch
 
         src, out_dir, flags, verbose = request.source, request.build_dir, request.extra_cuda_cflags, request.verbose
         binding = threading.Thread(target=_warm_binding, daemon=True)
@@ -211,7 +205,6 @@ class FastBuilder:
     @staticmethod
     def load(request, so: Path) -> ModuleType:  # noqa: ANN001 - a jit.BuildRequest
         from rapid_llm.kernels.build.fastpath.binding import load_module
-        from rapid_llm.kernels.build.cache import module_name
 
         module = load_module(so, module_name(request))
         module.__build_facts__ = buildfacts.read_facts(so.parent / buildfacts.FACTS_FILE) or {}
@@ -219,7 +212,6 @@ class FastBuilder:
 
 
 def _check_agreement(kernels: list[symbols.KernelRef], code: device.DeviceCode, src: Path, arch: str) -> None:
-    from rapid_llm.kernels.build.cache import BuildError
 
     problems = []
     for k in kernels:
