@@ -57,6 +57,30 @@ def test_row_handles_an_empty_input(name):
     assert out.numel() == 0 and (out.dtype == dtype or reference.compare is not None)
 
 
+#: Dtypes no Triton row takes: a Triton row called directly with one must say so in a line naming the op, not in
+#: a compiler's log. (A .cu row's launcher refuses them too, as RuntimeError from its RL_CHECK.)
+UNDECLARED = ("fp64", "int32")
+
+
+@pytest.mark.parametrize("dtype", UNDECLARED)
+@pytest.mark.parametrize("name", [n for n in _all_rows() if spec.get_row(n).backend == "triton"])
+def test_a_row_called_with_a_dtype_it_does_not_take_says_so_in_one_line(name, dtype):
+    device = _runnable(name)
+    row = spec.get_row(name)
+    if dtype in row.dtypes:
+        pytest.skip(f"{name} takes {dtype}")
+    decl = spec.get_decl(row.op)
+    case = decl.bench(4096, torch.float32, device)
+    bad = platform.torch_dtype(dtype)
+    args = [a.to(bad) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in case.args]
+    kwargs = {k: a.to(bad) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+              for k, a in case.kwargs.items()}
+    with pytest.raises(ValueError) as caught:
+        row.load()(*args, **kwargs)
+    message = str(caught.value)
+    assert message.startswith(f"{row.op}:") and "\n" not in message, message
+
+
 @pytest.mark.parametrize("op", spec.all_ops())
 def test_every_op_is_declared_with_one_native_floor(op):
     """The library never holds a row whose op has no declaration (reference, bench case, floor)."""

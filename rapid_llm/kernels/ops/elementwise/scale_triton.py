@@ -24,12 +24,17 @@ def _scale_kernel(out_ptr, in_ptr, factor, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
 
 
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
 def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """out = input * factor; an empty input returns at once without a launch.
 
     A Triton row has no C++ launcher, so this wrapper is its launcher: it
     checks what a wrong pointer would otherwise turn into silent corruption.
     """
+    if input.dtype not in _DTYPES:  # else Triton fails to compile the kernel, in a screenful
+        raise ValueError(f"scale: input must be bf16, fp16 or fp32, got {input.dtype}")
     if not input.is_contiguous():
         raise ValueError("scale: contiguous tensors only")
     if out is None:

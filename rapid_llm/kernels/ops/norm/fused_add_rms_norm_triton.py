@@ -5,7 +5,7 @@ import torch
 
 from rapid_llm.kernels.ops.norm.fused_add_rms_norm_native import check_residual
 from rapid_llm.kernels.ops.norm.rms_norm_native import check_weight
-from rapid_llm.kernels.ops.norm.rms_norm_triton import check_contiguous, check_rows, launch
+from rapid_llm.kernels.ops.norm.rms_norm_triton import check_contiguous, check_dtype, check_rows, launch
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
@@ -16,6 +16,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     """
     check_weight("fused_add_rms_norm", x, weight)
     check_residual("fused_add_rms_norm", x, residual)
+    check_dtype("fused_add_rms_norm", x)
     check_contiguous("fused_add_rms_norm", weight=weight)
     strides = check_rows("fused_add_rms_norm", x=x, residual=residual)  # each its own row stride, in place
     launch(x, residual, weight, x, eps, {**strides, "out": strides["x"]})

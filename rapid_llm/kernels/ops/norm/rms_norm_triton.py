@@ -69,6 +69,16 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, x_stride, res_stride, out_s
                      mask=mask)
 
 
+#: What the kernels compute in (fp32 math, stored back in the input's dtype); the rows declare the same.
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_dtype(op: str, x: torch.Tensor) -> None:
+    """ValueError naming the op for a dtype the kernels do not take (else Triton fails to compile them)."""
+    if x.dtype not in DTYPES:
+        raise ValueError(f"{op}: x must be bf16, fp16 or fp32, got {x.dtype}")
+
+
 def check_rows(op: str, **tensors: torch.Tensor) -> dict[str, int]:
     """Each tensor's row stride (spec.row_stride); ValueError naming the op for a view without one (a
     transposed or a step-sliced tensor), which would otherwise be read at the wrong addresses."""
@@ -114,6 +124,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
     row stride, weight is dense).
     """
     check_weight("rms_norm", x, weight)
+    check_dtype("rms_norm", x)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     elif out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
