@@ -17,8 +17,6 @@ DECLARATIONS = [define_op(
     rows=[
         KernelSpec(
             name="native/merge_attn_states",
-            op="merge_attn_states",
-            backend="native",
             target=f"{_PACKAGE}.merge_attn_states_native:merge_attn_states",
             dtypes=_DTYPES,
             devices=("cpu", "cuda"),
@@ -29,8 +27,6 @@ DECLARATIONS = [define_op(
         ),
         KernelSpec(
             name="triton/merge_attn_states",
-            op="merge_attn_states",
-            backend="triton",
             target=f"{_PACKAGE}.merge_attn_states_triton:merge_attn_states",
             available="rapid_llm.kernels.build.triton_support:available",
             dtypes=_DTYPES,

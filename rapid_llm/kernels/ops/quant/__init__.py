@@ -18,7 +18,6 @@ DECLARATIONS = [define_op(
         KernelSpec(
             name="native/scaled_fp8_quant",
             op="scaled_fp8_quant",
-            backend="native",
             target=f"{_PACKAGE}.scaled_fp8_quant_native:scaled_fp8_quant",
             dtypes=_DTYPES,
             devices=("cpu", "cuda"),
@@ -30,7 +29,6 @@ DECLARATIONS = [define_op(
         KernelSpec(
             name="triton/scaled_fp8_quant",
             op="scaled_fp8_quant",
-            backend="triton",
             target=f"{_PACKAGE}.scaled_fp8_quant_triton:scaled_fp8_quant",
             available=f"{_PACKAGE}.scaled_fp8_quant_triton:available",
             dtypes=_DTYPES,
