@@ -17,7 +17,6 @@ DECLARATIONS = [define_op(
     rows=[
         KernelSpec(
             name="native/scaled_fp8_quant",
-            op="scaled_fp8_quant",
             target=f"{_PACKAGE}.scaled_fp8_quant_native:scaled_fp8_quant",
             dtypes=_DTYPES,
             devices=("cpu", "cuda"),
@@ -28,7 +27,6 @@ DECLARATIONS = [define_op(
         ),
         KernelSpec(
             name="triton/scaled_fp8_quant",
-            op="scaled_fp8_quant",
             target=f"{_PACKAGE}.scaled_fp8_quant_triton:scaled_fp8_quant",
             available=f"{_PACKAGE}.scaled_fp8_quant_triton:available",
             dtypes=_DTYPES,
