@@ -15,12 +15,18 @@
 #                                          # in a child and under memcheck, promote into a copy, a new process),
 #                                          # the shipped .cu rows compiled per arch (NVRTC here), notebook 09's
 #                                          # outputs saved and checked with strict nbval
+#   scripts/gpu_validate.sh OUTDIR models  # the decoder layer in six arms (JSON for benchmarks/results/models/),
+#                                          # custom-op call cost, strided rows from CUDA graphs
+#   scripts/gpu_validate.sh OUTDIR compare # compare's A/A and 3 % power experiment, notebook 04 (compare cells)
+#                                          # re-executed and checked with strict nbval
+#   scripts/gpu_validate.sh OUTDIR quant   # scaled_fp8_quant and merge_attn_states: every GPU test, vLLM's
+#                                          # matrices included, and their figures over tokens
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop|models|compare|quant}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop|models|compare|quant}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -67,7 +73,25 @@ case $stage in
     step notebook_09 python scripts/run_notebooks.py notebooks/09_new_op.ipynb
     step nbval_09 python -m pytest -q -p no:cacheprovider --nbval notebooks/09_new_op.ipynb
     ;;
+  models)
+    step bench_block python benchmarks/models/bench_block.py --repeats 30 --out "$out/block_nvidia_h200.json"
+    step custom_op_overhead python benchmarks/kernels/bench_custom_op_overhead.py --op rms_norm --pairs 7
+    step strided_graph python benchmarks/kernels/bench_strided.py --graph
+    step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_custom_ops.py
+    ;;
+  compare)
+    step compare_power python benchmarks/bench_compare_power.py "$out/compare"
+    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
+    step notebook_04 python scripts/run_notebooks.py notebooks/04_benchmarking.ipynb
+    step nbval_04 python -m pytest -q -p no:cacheprovider --nbval notebooks/04_benchmarking.ipynb
+    ;;
+  quant)
+    step quant_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_scaled_fp8_quant.py \
+      tests/kernels/test_merge_attn_states.py tests/kernels/test_compare_modes.py
+    step quant_bench python benchmarks/bench_llm_ops.py --ops scaled_fp8_quant merge_attn_states --dtype bf16 \
+      --results rapid_llm/kernels/results
+    ;;
   *)
-    echo "unknown stage $stage (tests, jit, bench, llm, checks or newop)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, jit, bench, llm, checks, newop, models, compare or quant)" >&2; exit 2 ;;
 esac
 exit $status
