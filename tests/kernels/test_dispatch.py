@@ -107,11 +107,20 @@ def test_an_eager_call_ranks_by_what_it_pays_a_capture_by_device_time(op):
     fast, lean = _host_bound_and_lean(op)
     eager = dispatch.explain(op.name, X, capturing=False)
     assert eager.chosen.name == lean and eager.chosen.measured_us == 6.0
-    assert "ranked by what a caller pays per call" in str(eager)
+    assert "ranked by what an eager caller pays" in str(eager)
     captured = dispatch.explain(op.name, X, capturing=True)
     assert captured.chosen.name == fast and captured.chosen.measured_us == 2.0
     assert "ranked by device time" in str(captured) and "capturing a CUDA graph" in str(captured)
     assert dispatch.resolve(op.name, X, capturing=True).name == fast
+
+
+def test_a_torch_compile_graph_ranks_by_device_time(op):
+    fast, lean = _host_bound_and_lean(op)
+    assert dispatch.get_op(op.name)(X)[0] == lean
+    compiled = dispatch.get_op(op.name, compiled=True)
+    assert compiled is not dispatch.get_op(op.name) and compiled(X)[0] == fast
+    e = dispatch.explain(op.name, X, compiled=True)
+    assert e.chosen.name == fast and "from a torch.compile graph" in str(e) and "ranked by device time" in str(e)
 
 
 def test_a_resolution_that_a_capture_would_change_is_asked_again_while_capturing(op):

@@ -8,8 +8,8 @@ them, a notebook's at its ``declare_op`` call) through one
   in-place arguments marked written, plus an ``.out`` overload where the native
   row takes ``out=``;
 * the real implementation (CPU and CUDA) is the op's dispatcher, so the row is
-  chosen as for an eager call, measured figures included (by device time while
-  a CUDA graph is captured, mode="reduce-overhead" included: dispatcher.RANKINGS);
+  chosen as for an eager call, measured figures included, except that they rank
+  by device time (rapid_llm.kernels.dispatch.dispatcher.RANKINGS);
 * the fake implementation follows the op's out rule (like the dispatch
   argument, its last dim halved, or nothing for an in-place op).
 
@@ -146,11 +146,12 @@ def _define(schema: OpSchema) -> None:
 
 
 def _live(name: str) -> Callable[..., Any]:
-    """The op's dispatcher now (raises if the op went stale): the row choice happens inside it."""
+    """The op's dispatcher for compiled graphs now (raises if the op went stale): the row choice happens inside
+    it, measured rows ranked by device time (the graph pays its host work once, not per call)."""
     stale = _bindings[name].stale
     if stale is not None:
         raise RuntimeError(stale)
-    return dispatch.get_op(name)
+    return dispatch.get_op(name, compiled=True)
 
 
 def _impl_none(name: str) -> Callable[..., None]:

@@ -8,11 +8,10 @@ survivors ranked:
 1. rows with a measured latency for this device, dtype and size bucket, fastest
    first (figures from rapid_llm.kernels.dispatch.measurements, which says where each
    came from: committed for this GPU kind by default). Fastest by what the call
-   pays (:data:`RANKINGS`): a call captured into a CUDA graph pays the device
-   time only, its host work done once at capture; any other call pays the larger
-   of the host and the device time (a Triton launch's ~40 us of Python is real
-   there). A graph torch.compile built pays per call too, unless it runs under
-   CUDA graphs (``mode="reduce-overhead"``), whose capture is a capture here;
+   pays: an eager caller pays the larger of the host time and the device time
+   (a Triton launch's ~40 us of Python is real there); a call captured into a CUDA
+   graph, or made by a graph torch.compile built, pays the device time only
+   (the host work is done once, at capture or trace). :data:`RANKINGS`;
 2. then unmeasured non-native rows by ``priority`` (higher first; None, no
    static priority, ranks below every number, so it loses ties), then by
    backend preference (external, aot, jit, triton: the more specialised code
@@ -43,11 +42,11 @@ _BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native":
 CAPTURING = "capturing"
 #: How measured rows rank, and what explain says of each rule.
 RANKINGS = {
-    "caller": "what a caller pays per call (the larger of host and device time)",
-    "device": "device time (a CUDA graph is being captured: host work is paid once)",
+    "caller": "what an eager caller pays (the larger of host and device time)",
+    "device": "device time (host work is paid once: CUDA-graph capture, or a torch.compile graph)",
 }
 
-_ops: dict[str, "Op"] = {}
+_ops: dict[Any, "Op"] = {}  # name -> the eager op; (name, "device") -> the one compiled graphs call
 
 
 def dtype_name(dtype: Any) -> str:
@@ -67,11 +66,12 @@ class Context:
     bucket: int
     capturing: bool = False
     layout: str = "contiguous"
+    compiled: bool = False  # called from a graph torch.compile built (through torch.ops.rapid_llm.<op>)
 
     @property
     def ranking(self) -> str:
         """Which :data:`RANKINGS` rule orders measured rows here."""
-        return "device" if self.capturing else "caller"
+        return "device" if self.capturing or self.compiled else "caller"
 
     @property
     def device_name(self) -> str:
@@ -192,7 +192,7 @@ def _layout(tensors: Iterable[Any]) -> str:
 
 
 def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None,
-             layout: str | None = None) -> Context:
+             layout: str | None = None, compiled: bool = False) -> Context:
     if not _spec.rows_for(op):
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
     tensors = tuple(tensors)
@@ -214,13 +214,13 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
     if capturing is None:
         capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
     return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing),
-                   layout)
+                   layout, bool(compiled))
 
 
 def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None) -> KernelSpec:
-    """The row that a call of ``op`` with these tensors would run."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
+            capturing: bool | None = None, layout: str | None = None, compiled: bool = False) -> KernelSpec:
+    """The row that a call of ``op`` with these tensors would run (``compiled``: from a torch.compile graph)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, compiled)
     return _choose(_evaluate(op, ctx), ctx)[0][0]
 
 
@@ -247,7 +247,8 @@ class _OpMethods:
         """
         if isinstance(layout, bool):
             layout = "contiguous" if layout else "strided"
-        ctx = _context(self.name, (x,), None, None, None, capturing, layout)
+        compiled = getattr(self, "ranking", "caller") == "device"
+        ctx = _context(self.name, (x,), None, None, None, capturing, layout, compiled)
         row = _choose(_evaluate(self.name, ctx), ctx)[0][0]
         fn = row.call_path()
         specialize = getattr(fn, "specialize", None)
@@ -280,11 +281,12 @@ class Op(_OpMethods):
     """
 
     #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.dispatch.traced.register).
-    __slots__ = ("name", "dispatch_arg", "_cache", "__python_implementation__")
+    __slots__ = ("name", "dispatch_arg", "ranking", "_cache", "__python_implementation__")
 
     def __init__(self, name: str, arg: int = 0) -> None:
         self.name = name
         self.dispatch_arg = arg
+        self.ranking = "caller"
         self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -344,14 +346,21 @@ def _fast_op_type() -> type | None:
 _FastOp: type | None = None
 
 
-def get_op(name: str) -> Any:
-    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds."""
-    op = _ops.get(name)
+def get_op(name: str, *, compiled: bool = False) -> Any:
+    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds.
+
+    ``compiled=True``: the one a torch.compile graph calls (through ``torch.ops.rapid_llm.<name>``), whose
+    measured rows rank by device time; the eager one ranks by what its caller pays.
+    """
+    key = (name, "device") if compiled else name
+    op = _ops.get(key)
     if op is None:
         fast = _fast_op_type()
         arg = _dispatch_arg(name)
-        op = _ops[name] = fast(name, arg) if fast is not None else Op(name, arg)
-        traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
+        op = _ops[key] = fast(name, arg) if fast is not None else Op(name, arg)
+        op.ranking = "device" if compiled else "caller"
+        if not compiled:
+            traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
     return op
 
 
@@ -382,7 +391,7 @@ class Explanation:
 
     def _header(self) -> str:
         c = self.context
-        cap = ", capturing a CUDA graph" if c.capturing else ""
+        cap = ", capturing a CUDA graph" if c.capturing else ", from a torch.compile graph" if c.compiled else ""
         cap += {"contiguous": "", "rows": ", row-strided", "strided": ", strided"}[c.layout]
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
         return f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
@@ -408,10 +417,10 @@ class Explanation:
 
 
 def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None) -> Explanation:
+            capturing: bool | None = None, layout: str | None = None, compiled: bool = False) -> Explanation:
     """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=); ``capturing``
-    asks as a CUDA-graph capture would (default: whether the current stream is capturing)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
+    and ``compiled`` ask as a CUDA-graph capture or a torch.compile graph would (device-time ranking)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, compiled)
     evaluated = _evaluate(op, ctx)
     ranked = _choose(evaluated, ctx)
     winner, winner_m = ranked[0]
