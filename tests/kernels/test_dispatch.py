@@ -93,46 +93,6 @@ def test_measured_latency_outranks_static_priority(op):
     assert "2.00 us vs 5.00 us measured (2.50x slower)" in e.verdict(slow).reason
 
 
-def _host_bound_and_lean(op):
-    """Two measured rows: one fast on the device but costly to call (a Triton launch), one lean."""
-    fast, lean = f"triton/{op.name}_fast", f"triton/{op.name}_lean"
-    op(fast, "triton")
-    op(lean, "triton")
-    measurements.record(op.name, fast, "cpu", "fp32", 8, 2.0, host_us=40.0)
-    measurements.record(op.name, lean, "cpu", "fp32", 8, 5.0, host_us=6.0)
-    return fast, lean
-
-
-def test_an_eager_call_ranks_by_what_it_pays_a_capture_by_device_time(op):
-    fast, lean = _host_bound_and_lean(op)
-    eager = dispatch.explain(op.name, X, capturing=False)
-    assert eager.chosen.name == lean and eager.chosen.measured_us == 6.0
-    assert "ranked by what an eager caller pays" in str(eager)
-    captured = dispatch.explain(op.name, X, capturing=True)
-    assert captured.chosen.name == fast and captured.chosen.measured_us == 2.0
-    assert "ranked by device time" in str(captured) and "capturing a CUDA graph" in str(captured)
-    assert dispatch.resolve(op.name, X, capturing=True).name == fast
-
-
-def test_a_torch_compile_graph_ranks_by_device_time(op):
-    fast, lean = _host_bound_and_lean(op)
-    assert dispatch.get_op(op.name)(X)[0] == lean
-    compiled = dispatch.get_op(op.name, compiled=True)
-    assert compiled is not dispatch.get_op(op.name) and compiled(X)[0] == fast
-    e = dispatch.explain(op.name, X, compiled=True)
-    assert e.chosen.name == fast and "from a torch.compile graph" in str(e) and "ranked by device time" in str(e)
-
-
-def test_a_resolution_that_a_capture_would_change_is_asked_again_while_capturing(op):
-    """The cached entry says whether capture leaves it as it is (both call paths re-resolve when it does not)."""
-    fast, lean = _host_bound_and_lean(op)
-    fn, steady = dispatch.get_op(op.name)._entry(X, True, False)
-    assert fn(X)[0] == lean and steady is False
-    measurements.record(op.name, lean, "cpu", "fp32", 8, 1.0, host_us=6.0)  # now it wins both ways
-    fn, steady = dispatch.get_op(op.name)._entry(X, True, False)
-    assert fn(X)[0] == lean and steady is True
-
-
 def test_measured_native_can_win_small_sizes(op):
     op(f"triton/{op.name}", "triton")
     measurements.record(op.name, f"native/{op.name}", "cpu", "fp32", 8, 1.0)

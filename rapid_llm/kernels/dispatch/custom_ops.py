@@ -8,8 +8,7 @@ them, a notebook's at its ``declare_op`` call) through one
   in-place arguments marked written, plus an ``.out`` overload where the native
   row takes ``out=``;
 * the real implementation (CPU and CUDA) is the op's dispatcher, so the row is
-  chosen as for an eager call, measured figures included, except that they rank
-  by device time (rapid_llm.kernels.dispatch.dispatcher.RANKINGS);
+  chosen as for an eager call, measured figures included;
 * the fake implementation follows the op's out rule (like the dispatch
   argument, its last dim halved, or nothing for an in-place op).
 
@@ -146,12 +145,11 @@ def _define(schema: OpSchema) -> None:
 
 
 def _live(name: str) -> Callable[..., Any]:
-    """The op's dispatcher for compiled graphs now (raises if the op went stale): the row choice happens inside
-    it, measured rows ranked by device time (the graph pays its host work once, not per call)."""
+    """The op's dispatcher now (raises if the op went stale): the row choice happens inside it."""
     stale = _bindings[name].stale
     if stale is not None:
         raise RuntimeError(stale)
-    return dispatch.get_op(name, compiled=True)
+    return dispatch.get_op(name)
 
 
 def _impl_none(name: str) -> Callable[..., None]:

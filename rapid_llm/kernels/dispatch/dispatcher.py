@@ -7,11 +7,7 @@ survivors ranked:
 
 1. rows with a measured latency for this device, dtype and size bucket, fastest
    first (figures from rapid_llm.kernels.dispatch.measurements, which says where each
-   came from: committed for this GPU kind by default). Fastest by what the call
-   pays: an eager caller pays the larger of the host time and the device time
-   (a Triton launch's ~40 us of Python is real there); a call captured into a CUDA
-   graph, or made by a graph torch.compile built, pays the device time only
-   (the host work is done once, at capture or trace). :data:`RANKINGS`;
+   came from: committed for this GPU kind by default);
 2. then unmeasured non-native rows by ``priority`` (higher first; None, no
    static priority, ranks below every number, so it loses ties), then by
    backend preference (external, aot, jit, triton: the more specialised code
@@ -22,7 +18,6 @@ Rendering (HTML, widgets) is not here: the notebook extension attaches it.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -40,13 +35,8 @@ __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "c
 _BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native": 9}
 #: The dispatch-cache key suffix of a resolution made while a CUDA graph is being captured.
 CAPTURING = "capturing"
-#: How measured rows rank, and what explain says of each rule.
-RANKINGS = {
-    "caller": "what an eager caller pays (the larger of host and device time)",
-    "device": "device time (host work is paid once: CUDA-graph capture, or a torch.compile graph)",
-}
 
-_ops: dict[Any, "Op"] = {}  # name -> the eager op; (name, "device") -> the one compiled graphs call
+_ops: dict[str, "Op"] = {}
 
 
 def dtype_name(dtype: Any) -> str:
@@ -66,12 +56,6 @@ class Context:
     bucket: int
     capturing: bool = False
     layout: str = "contiguous"
-    compiled: bool = False  # called from a graph torch.compile built (through torch.ops.rapid_llm.<op>)
-
-    @property
-    def ranking(self) -> str:
-        """Which :data:`RANKINGS` rule orders measured rows here."""
-        return "device" if self.capturing or self.compiled else "caller"
 
     @property
     def device_name(self) -> str:
@@ -135,14 +119,9 @@ def _measured(row: KernelSpec, ctx: Context) -> measurements.Figure | None:
     return measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
 
 
-def _cost(measured: measurements.Figure, ranking: str) -> float:
-    """What a call pays under ``ranking`` (:data:`RANKINGS`)."""
-    return measured.median_us if ranking == "device" else measured.caller_us
-
-
-def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int, ranking: str = "caller") -> tuple:
+def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int) -> tuple:
     if measured is not None:
-        return (0, _cost(measured, ranking), 0, 0, order)
+        return (0, measured.caller_us, 0, 0, order)
     if row.is_native:
         return (2, 0.0, 0, 0, order)
     prio = -math.inf if row.priority is None else float(row.priority)
@@ -176,7 +155,7 @@ def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | 
         # Only possible when the native row itself does not cover this dtype or device.
         why = "; ".join(f"{row.name}: {reason}" for row, reason, _ in evaluated)
         raise RegistryError(f"op {evaluated[0][0].op!r} has no row for {ctx.dtype} on {ctx.device.type}: {why}")
-    survivors.sort(key=lambda t: _rank_key(t[1], t[2], t[0], ctx.ranking))
+    survivors.sort(key=lambda t: _rank_key(t[1], t[2], t[0]))
     return [(row, m) for _, row, m in survivors]
 
 
@@ -192,7 +171,7 @@ def _layout(tensors: Iterable[Any]) -> str:
 
 
 def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None,
-             layout: str | None = None, compiled: bool = False) -> Context:
+             layout: str | None = None) -> Context:
     if not _spec.rows_for(op):
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
     tensors = tuple(tensors)
@@ -214,13 +193,13 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
     if capturing is None:
         capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
     return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing),
-                   layout, bool(compiled))
+                   layout)
 
 
 def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None, compiled: bool = False) -> KernelSpec:
-    """The row that a call of ``op`` with these tensors would run (``compiled``: from a torch.compile graph)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, compiled)
+            capturing: bool | None = None, layout: str | None = None) -> KernelSpec:
+    """The row that a call of ``op`` with these tensors would run."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
     return _choose(_evaluate(op, ctx), ctx)[0][0]
 
 
@@ -247,18 +226,10 @@ class _OpMethods:
         """
         if isinstance(layout, bool):
             layout = "contiguous" if layout else "strided"
-        compiled = getattr(self, "ranking", "caller") == "device"
-        ctx = _context(self.name, (x,), None, None, None, capturing, layout, compiled)
-        row = _choose(_evaluate(self.name, ctx), ctx)[0][0]
+        row = resolve(self.name, x, capturing=capturing, layout=layout)
         fn = row.call_path()
         specialize = getattr(fn, "specialize", None)
-        # The second value says whether a capture leaves the answer as it is: a row that may not be captured,
-        # or one that wins only by what an eager caller pays, is resolved again while capturing.
-        steady = row.graph_safe
-        if steady and not capturing and ctx.ranking == "caller":
-            under_capture = dataclasses.replace(ctx, capturing=True)
-            steady = _choose(_evaluate(self.name, under_capture), under_capture)[0][0].name == row.name
-        return (specialize(x, has_out) or fn) if specialize is not None else fn, steady
+        return (specialize(x, has_out) or fn) if specialize is not None else fn, row.graph_safe
 
     def rows(self) -> list[KernelSpec]:
         return rows_for(self.name)
@@ -281,12 +252,11 @@ class Op(_OpMethods):
     """
 
     #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.dispatch.traced.register).
-    __slots__ = ("name", "dispatch_arg", "ranking", "_cache", "__python_implementation__")
+    __slots__ = ("name", "dispatch_arg", "_cache", "__python_implementation__")
 
     def __init__(self, name: str, arg: int = 0) -> None:
         self.name = name
         self.dispatch_arg = arg
-        self.ranking = "caller"
         self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -346,21 +316,14 @@ def _fast_op_type() -> type | None:
 _FastOp: type | None = None
 
 
-def get_op(name: str, *, compiled: bool = False) -> Any:
-    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds.
-
-    ``compiled=True``: the one a torch.compile graph calls (through ``torch.ops.rapid_llm.<name>``), whose
-    measured rows rank by device time; the eager one ranks by what its caller pays.
-    """
-    key = (name, "device") if compiled else name
-    op = _ops.get(key)
+def get_op(name: str) -> Any:
+    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds."""
+    op = _ops.get(name)
     if op is None:
         fast = _fast_op_type()
         arg = _dispatch_arg(name)
-        op = _ops[key] = fast(name, arg) if fast is not None else Op(name, arg)
-        op.ranking = "device" if compiled else "caller"
-        if not compiled:
-            traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
+        op = _ops[name] = fast(name, arg) if fast is not None else Op(name, arg)
+        traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
     return op
 
 
@@ -391,7 +354,7 @@ class Explanation:
 
     def _header(self) -> str:
         c = self.context
-        cap = ", capturing a CUDA graph" if c.capturing else ", from a torch.compile graph" if c.compiled else ""
+        cap = ", capturing a CUDA graph" if c.capturing else ""
         cap += {"contiguous": "", "rows": ", row-strided", "strided": ", strided"}[c.layout]
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
         return f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
@@ -408,7 +371,6 @@ class Explanation:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
         sources = sorted({r.source for r in self.rows if r.source})
         if sources:
-            lines.append(f"measured rows ranked by {RANKINGS[self.context.ranking]}")
             lines.append("measured figures from: " + "; ".join(sources))
         return "\n".join(line.rstrip() for line in lines)
 
@@ -417,17 +379,16 @@ class Explanation:
 
 
 def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None, compiled: bool = False) -> Explanation:
-    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=); ``capturing``
-    and ``compiled`` ask as a CUDA-graph capture or a torch.compile graph would (device-time ranking)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, compiled)
+            capturing: bool | None = None, layout: str | None = None) -> Explanation:
+    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
     evaluated = _evaluate(op, ctx)
     ranked = _choose(evaluated, ctx)
     winner, winner_m = ranked[0]
     verdicts = []
     for row, reason, measured in evaluated:
         prio = _priority_text(row)
-        us = _cost(measured, ctx.ranking) if measured is not None else None
+        us = measured.caller_us if measured is not None else None
         source = measured.source if measured is not None else None
         if reason is not None:
             verdicts.append(RowVerdict(row.name, row.backend, "filtered", reason, prio, None))
@@ -435,7 +396,7 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
             verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, us, len(ranked)), prio, us,
                                        source))
         else:
-            winner_us = _cost(winner_m, ctx.ranking) if winner_m is not None else None
+            winner_us = winner_m.caller_us if winner_m is not None else None
             verdicts.append(RowVerdict(row.name, row.backend, "outranked",
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
     return Explanation(op, ctx, tuple(verdicts))
