@@ -1,1 +1,1 @@
-"""Op groups. Each group's ``__init__`` registers its KernelSpec rows."""
+"""Op groups: each sub-package lists its ops in ``DECLARATIONS``. Plain modules here (token_inputs) are helpers the groups share."""

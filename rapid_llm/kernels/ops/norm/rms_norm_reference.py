@@ -23,28 +23,13 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.ops.token_inputs import BENCH_HIDDEN, randn, tokens_hidden
 from rapid_llm.kernels.verification.defects import output_like
 from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 
-#: The benchmark's hidden size (the issue's shapes: bf16, H = 4096, T = 1 .. 16384).
-BENCH_HIDDEN = 4096
 EPS = 1e-6
 #: Reference-size tolerance in units of the dtype's eps (the derivation is in the module docstring).
 ULPS = 4.0
-
-
-def tokens_hidden(n: int) -> tuple[int, int]:
-    """The [tokens, hidden] a reference size maps to (empty: zero tokens of a small hidden size)."""
-    if n <= 0:
-        return 0, 8
-    if n > 2 * BENCH_HIDDEN and n % BENCH_HIDDEN == 0:
-        return n // BENCH_HIDDEN, BENCH_HIDDEN
-    return 1, n
-
-
-def randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator,
-          scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype=dtype, device=device)
 
 
 def make_weight(hidden: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:

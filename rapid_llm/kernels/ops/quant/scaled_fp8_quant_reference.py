@@ -1,6 +1,6 @@
 """scaled_fp8_quant's float64 reference (inputs, oracle, edge cases), its comparison rule and bench cases.
 
-A reference size ``n`` is per-token dynamic quantisation of [tokens, hidden] (rms_norm's mapping: a
+A reference size ``n`` is per-token dynamic quantisation of [tokens, hidden] (ops.token_inputs' mapping: a
 multiple of 4096 past 8192 is n // 4096 tokens of 4096, any other size one token of hidden n, 4097 a
 tail past every vector width). The edge cases add the other forms (per tensor, 1x128 groups, static
 scales) and what probes them: vLLM's hidden sizes (17, 1024-1026, 5137, 8193) at 1 and 7 tokens, all-zero
@@ -16,29 +16,16 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.ops.token_inputs import BENCH_HIDDEN, randn, tokens_hidden
 from rapid_llm.kernels.ops.quant.scaled_fp8_quant_native import FP8, FP8_MAX, MIN_SCALE, layout
 from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference
 from rapid_llm.kernels.verification.compare_modes import QuantisedOutput, round_to_e4m3
 from rapid_llm.kernels.verification.defects import copy_for_row, output_like
 
-BENCH_HIDDEN = 4096
 GROUP = 128
 #: vLLM's test_fp8_quant.py hidden sizes and token counts (4096 tokens only on a GPU: tests/kernels).
 VLLM_HIDDEN = (17, 1024, 1025, 1026, 5137, 8193)
 VLLM_TOKENS = (1, 7, 4096)
-
-
-def tokens_hidden(n: int) -> tuple[int, int]:
-    if n <= 0:
-        return 0, 8
-    if n > 2 * BENCH_HIDDEN and n % BENCH_HIDDEN == 0:
-        return n // BENCH_HIDDEN, BENCH_HIDDEN
-    return 1, n
-
-
-def randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator,
-          scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype=dtype, device=device)
 
 
 def outputs(x: torch.Tensor, groups: int | None) -> tuple[torch.Tensor, torch.Tensor]:
