@@ -58,3 +58,21 @@ def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str, *, ulps
             f"{what}: {int(bad.sum())} of {out.numel()} elements off; worst at flat index {i}: "
             f"got {out.flatten()[i].item()!r}, expected {ref.flatten()[i].item()!r}"
         )
+
+
+def assert_by_compare_mode(op: str, fn: Callable[..., Any], args: tuple,
+                           where: Callable[[int], str] = lambda i: str(i)) -> dict[str, int]:
+    """Run ``fn`` through op's reference call and judge it by the op's comparison mode
+    (rapid_llm.kernels.verification.compare_modes), element by element; returns the mode's counts.
+    ``where(i)`` names flat element ``i`` in the message (a quantiser's value or scale)."""
+    ref = spec.get_decl(op).reference
+    got = ref.call(fn, *args)
+    exact = ref.oracle(*comparison.to64(args)).to(got.device)
+    counts: dict[str, int] = {}
+    errs = ref.compare.errors(got, exact, args, counts)
+    bad = errs.diff > errs.allowed
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise AssertionError(f"{op}: {int(bad.sum())} elements off; first at {where(i)} of {got.numel()}: "
+                             f"got {got[i].item()!r}, exact {exact[i].item()!r}, allowed {errs.allowed[i].item()!r}")
+    return counts

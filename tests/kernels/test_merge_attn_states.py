@@ -20,7 +20,7 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch import custom_ops
 from rapid_llm.kernels.ops.attention import merge_attn_states_reference as R
 from rapid_llm.kernels.registry import spec
-from rapid_llm.kernels.verification.comparison import to64
+from tests.reference import assert_by_compare_mode
 
 OP = "merge_attn_states"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -39,18 +39,8 @@ def row(request, device):
 
 
 def check(fn, args: tuple) -> dict[str, int]:
-    """Run ``fn`` through the reference's call; assert the special-values rule element by element."""
-    ref = spec.get_decl(OP).reference
-    got = ref.call(fn, *args)
-    exact = ref.oracle(*to64(args)).to(got.device)
-    counts: dict[str, int] = {}
-    errs = ref.compare.errors(got, exact, args, counts)
-    bad = errs.diff > errs.allowed
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        raise AssertionError(f"{int(bad.sum())} elements off; first at {i} of {got.numel()}: got {got[i].item()!r}, "
-                             f"exact {exact[i].item()!r}, allowed {errs.allowed[i].item()!r}")
-    return counts
+    """The special-values rule, element by element (tests.reference.assert_by_compare_mode)."""
+    return assert_by_compare_mode(OP, fn, args)
 
 
 def vllm_case(tokens: int, heads: int, head_size: int, dtype: torch.dtype, device: torch.device, seed: int = 0):

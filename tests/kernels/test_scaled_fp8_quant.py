@@ -25,7 +25,7 @@ from rapid_llm.kernels.dispatch import custom_ops
 from rapid_llm.kernels.ops.quant import scaled_fp8_quant_reference as R
 from rapid_llm.kernels.ops.quant.scaled_fp8_quant_native import MIN_SCALE
 from rapid_llm.kernels.registry import spec
-from rapid_llm.kernels.verification.comparison import to64
+from tests.reference import assert_by_compare_mode
 
 OP = "scaled_fp8_quant"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -57,20 +57,10 @@ def make_args(tokens: int, hidden: int, dtype: torch.dtype, device: torch.device
 
 
 def check(fn, args: tuple) -> dict[str, int]:
-    """Run ``fn`` through the reference's call; assert the quantised-output rule element by element."""
-    ref = spec.get_decl(OP).reference
-    got = ref.call(fn, *args)
-    exact = ref.oracle(*to64(args)).to(got.device)
-    counts: dict[str, int] = {}
-    errs = ref.compare.errors(got, exact, args, counts)
-    bad = errs.diff > errs.allowed
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        n_values = args[1].numel()
-        part = "value" if i < n_values else "scale"
-        raise AssertionError(f"{int(bad.sum())} elements off; first: {part} {i if i < n_values else i - n_values}: "
-                             f"got {got[i].item()!r}, exact {exact[i].item()!r}")
-    return counts
+    """The quantised-output rule, element by element (values first, then scales, in the flat result)."""
+    n_values = args[1].numel()
+    return assert_by_compare_mode(OP, fn, args,
+                                  lambda i: f"value {i}" if i < n_values else f"scale {i - n_values}")
 
 
 @pytest.fixture(params=["native/scaled_fp8_quant", "triton/scaled_fp8_quant", "jit/scaled_fp8_quant"])
