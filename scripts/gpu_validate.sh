@@ -2,6 +2,8 @@
 # Everything that only a CUDA machine exercises, with its logs kept under OUTDIR.
 #
 #   scripts/gpu_validate.sh OUTDIR tests   # the whole test suite (JIT rows, magic builds, capture)
+#   scripts/gpu_validate.sh OUTDIR suite   # the same suite in 4 concurrent shards of test files, beside strict
+#                                          # nbval of every notebook (for a machine with many cores)
 #   scripts/gpu_validate.sh OUTDIR jit     # build times, fast path against torch's loader (JSON for
 #                                          # rapid_llm/kernels/results/), and the per-call cost of both
 #   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for rapid_llm/kernels/results/),
@@ -25,8 +27,8 @@
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop|models|compare|quant}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|jit|bench|llm|checks|newop|models|compare|quant}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|quant}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|quant}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -43,6 +45,19 @@ python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch
 case $stage in
   tests)
     step pytest python -m pytest tests -q -rs -s -p no:cacheprovider
+    ;;
+  suite)
+    # Files dealt largest first over the shards; timing-sensitive files (compare's verdicts) run alone later.
+    mapfile -t files < <(ls -S tests/test_*.py tests/*/test_*.py | grep -v tests/bench/test_compare.py)
+    for shard in 0 1 2 3; do
+      picked=()
+      for i in "${!files[@]}"; do (( i % 4 == shard )) && picked+=("${files[$i]}"); done
+      step "pytest_shard$shard" python -m pytest -q -rs -p no:cacheprovider --durations=10 "${picked[@]}" &
+    done
+    step nbval_all python -m pytest -q -p no:cacheprovider --nbval notebooks &
+    wait
+    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
+    grep -h "passed\|failed\|error" "$out"/pytest_shard*.log "$out"/nbval_all.log "$out"/compare_tests.log | tail -n 12
     ;;
   jit)
     step bench_build python benchmarks/jit/bench_build.py --out "$out/build_nvidia_h200.json"
@@ -92,6 +107,6 @@ case $stage in
       --results rapid_llm/kernels/results
     ;;
   *)
-    echo "unknown stage $stage (tests, jit, bench, llm, checks, newop, models, compare or quant)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, suite, jit, bench, llm, checks, newop, models, compare or quant)" >&2; exit 2 ;;
 esac
 exit $status

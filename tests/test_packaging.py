@@ -1,6 +1,7 @@
 """A wheel carries what the package reads at run time: the shipped figures dispatch ranks by, and the sources."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,9 @@ def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_direc
         "print(fig.median_us > 0, fig.source)\n"
         "print(sorted(p.name for p in measurements.committed_results()))\n"
     )
-    out = subprocess.run([str(python), "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a PYTHONPATH naming the checkout would win
+    out = subprocess.run([str(python), "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     location, figure, files = out.stdout.splitlines()
     assert location.startswith(site), f"imported {location}, not the installed wheel under {site}"

@@ -13,6 +13,12 @@ Every arm runs the same row on the same tensors (the op's bench case, without ``
   Python dispatcher pays per call for tracing; the compiled dispatcher pays nothing).
 
 Rounds are interleaved so drift in the machine's state hits every arm alike.
+
+Then torch's own floors, the same way: what a call through ``torch.ops`` costs
+over calling the same work directly, for a Python kernel that returns its
+input (the boundary the custom op crosses, with no work inside) and for an
+aten C++ kernel (``torch.ops.aten.mul.Scalar`` against ``torch.mul``). No
+registration path can cost less than the second; the custom op pays the first.
 """
 from __future__ import annotations
 
@@ -77,7 +83,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = statistics.median(v - b for v, b in zip(values, runs[f"K.{args.op}"]))
         print(f"  {label:44s} {us:7.2f} us/call   vs K.{args.op}: {extra:+6.2f} us")
     print(f"  (medians over {args.pairs} interleaved rounds of {args.n} calls; K.{args.op} {base:.2f} us)")
+    floors(call_args[0], args.n, args.pairs)
     return 0
+
+
+def floors(x: torch.Tensor, n: int, pairs: int) -> None:
+    """torch.ops' own cost per call over a direct call: a Python kernel with no work, and aten's C++ kernel."""
+    lib = torch.library.Library("rapid_llm_floor", "DEF")
+    lib.define("identity(Tensor x) -> Tensor")
+
+    def identity(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    for key in ("CPU", "CUDA"):
+        lib.impl("identity", identity, key)
+    pairs_of_arms = {
+        "Python kernel (returns its input)": (torch.ops.rapid_llm_floor.identity.default, identity, (x,)),
+        "aten C++ kernel (mul.Scalar)": (torch.ops.aten.mul.Scalar, torch.mul, (x, 2.0)),
+    }
+    for label, (via_ops, direct, call_args) in pairs_of_arms.items():
+        via_ops(*call_args), direct(*call_args)
+        extra = []
+        for _ in range(pairs):
+            a = bench_host(via_ops, *call_args, n=n, label="torch.ops").median_us
+            b = bench_host(direct, *call_args, n=n, label="direct").median_us
+            extra.append(a - b)
+        print(f"  torch.ops floor, {label:34s}: {statistics.median(extra):+6.2f} us over the direct call")
 
 
 if __name__ == "__main__":
