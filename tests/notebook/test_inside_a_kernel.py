@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels.platform import cuda_tool
+from tests.notebook.conftest import shell  # noqa: F401 - named here too: one GPU machine's pytest missed the conftest's
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
 
