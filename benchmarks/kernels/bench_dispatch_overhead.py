@@ -72,9 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Interleave the two arms so drift in the machine's state hits both alike.
     native = K.get_row("native/scale").call_path()
     other: Callable[..., Any] | None = None
+    other_row = ""
     if args.against is not None:
-        other = import_other_revision(args.against).scale
+        other_kernels = import_other_revision(args.against)
+        other = other_kernels.scale
         other(x, 2.0)
+        other_row = other_kernels.resolve("scale", x).name
     via_op, via_row, via_native, via_torch, via_other = [], [], [], [], []
     for _ in range(args.pairs):
         via_op.append(bench_host(op, x, 2.0, n=args.n, label="rapid_llm.kernels.scale"))
@@ -100,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         other_us = statistics.median(r.median_us for r in via_other)
         delta = statistics.median(a.median_us - b.median_us for a, b in zip(via_op, via_other))
         print(f"  --against scale  : {other_us:7.2f} us/call (per round: "
-              f"{', '.join(f'{r.median_us:.2f}' for r in via_other)}); {args.against}")
+              f"{', '.join(f'{r.median_us:.2f}' for r in via_other)}); {args.against}, chosen row {other_row}")
         print(f"  this - --against : {delta:+7.2f} us/call (median of same-round differences)")
     return 0
 
