@@ -9,6 +9,8 @@ edited kernel must be verified again.
 """
 from __future__ import annotations
 
+import os
+
 from types import ModuleType
 from typing import Any, Callable
 
@@ -149,7 +151,19 @@ def register_cell_row(name: str, op: str, *, target: Callable[..., Any], availab
                       devices=("cuda",), golden=golden, graph_safe=graph_safe, description=description)
     _spec.register(spec, replace=True)
     _digests[row] = digest
+    if not kept:
+        _prewarm_verify()
     return spec, kept
+
+
+def _prewarm_verify() -> None:
+    """A row verify has not seen is about to be verified: start its warm child now, while the user reads."""
+    import torch
+
+    from rapid_llm.kernels.verification import isolate, worker
+
+    if torch.cuda.is_available() and isolate.WARM and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0":
+        worker.prewarm()
 
 
 def drop_cell_row(name: str) -> bool:

@@ -27,7 +27,8 @@ RACECHECK = """========= COMPUTE-SANITIZER
 
 def _row(name: str) -> str:
     spec.register(KernelSpec(name=f"external/{name}", op="scale", backend="external",
-                             target=f"tests.kernels.isolation_rows:{name}", devices=("cpu",), dtypes=("fp32",)))
+                             target=f"tests.kernels.isolation_rows:{name}", devices=("cpu",), dtypes=("fp32",)),
+                  replace=True)
     return f"external/{name}"
 
 
@@ -145,3 +146,53 @@ def test_verify_says_in_one_line_why_an_op_cannot_reach_the_child():
     row = _declare_negate(native=lambda x, out=None: torch.neg(x, out=out))
     report = verify(row.name, dtypes=["fp32"], sizes=[1], isolate=True)
     assert any("the native floor is a lambda" in note for note in report.notes), report.notes
+
+
+# ------------------------------------------------------------------ the warm worker
+
+
+def _worker_pid() -> int:
+    from rapid_llm.kernels.verification import worker
+
+    assert worker._worker is not None and worker._worker.alive()
+    return worker._worker.proc.pid
+
+
+def test_the_worker_stays_warm_between_verifies_and_says_where_the_time_went():
+    name = _row("works")
+    first = verify(name, dtypes=["fp32"], sizes=[1, 4097], isolate=True, device="cpu", record=False)
+    pid = _worker_pid()
+    second = verify(name, dtypes=["fp32"], sizes=[1, 4097], isolate=True, device="cpu", record=False)
+    assert first.passed and second.passed
+    assert _worker_pid() == pid  # the same process served both
+    note = next(n for n in second.notes if n.startswith("first run in a child process"))
+    assert "passed (worker warm, rebuild " in note and " s, checks " in note, note
+
+
+@pytest.mark.parametrize("name, status", [("aborts", "crashed"), ("hangs", "hung")])
+def test_a_worker_that_crashed_or_hung_is_replaced_and_the_next_job_runs(name, status):
+    isolate.run_child(isolate.recipe(spec.get_row(_row("works"))), dtypes=["fp32"], sizes=[1])
+    pid = _worker_pid()
+    bad = isolate.run_child(isolate.recipe(spec.get_row(_row(name))), dtypes=["fp32"], sizes=[1], timeout=10)
+    assert bad.status == status, bad.message
+    assert _worker_pid() != pid  # its replacement is already starting
+    good = isolate.run_child(isolate.recipe(spec.get_row(_row("works"))), dtypes=["fp32"], sizes=[1])
+    assert good.status == "passed", good.message
+
+
+def test_a_job_sees_the_registry_of_its_own_recipe_only():
+    """Jobs share a process but not a registry: a row a job registered is gone for the next one."""
+    isolate.run_child(isolate.recipe(spec.get_row(_row("works"))), dtypes=["fp32"], sizes=[1])
+    spec.register(KernelSpec(name="external/works", op="scale", backend="external",
+                             target="tests.kernels.isolation_rows:aborts", devices=("cpu",), dtypes=("fp32",)),
+                  replace=True)
+    again = isolate.run_child(isolate.recipe(spec.get_row("external/works")), dtypes=["fp32"], sizes=[1])
+    assert again.status == "crashed"  # the new target, not the first job's row
+
+
+def test_a_changed_environment_gets_a_fresh_worker(monkeypatch):
+    isolate.run_child(isolate.recipe(spec.get_row(_row("works"))), dtypes=["fp32"], sizes=[1])
+    pid = _worker_pid()
+    monkeypatch.setenv("RAPID_LLM_GUARD_BANDS", "0")
+    result = isolate.run_child(isolate.recipe(spec.get_row(_row("works"))), dtypes=["fp32"], sizes=[1])
+    assert result.status == "passed" and _worker_pid() != pid

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rapid_llm.kernels.verification.isolate import RESULT_MARK
+from rapid_llm.kernels.verification.worker import RESULT_MARK
 from rapid_llm.kernels.inspection.profiling import COPY_RANGE, RANGE_PREFIX
 
 

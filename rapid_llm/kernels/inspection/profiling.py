@@ -278,7 +278,7 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeou
 
 
 def _child_result(stdout: str) -> dict[str, Any] | None:
-    from rapid_llm.kernels.verification.isolate import RESULT_MARK
+    from rapid_llm.kernels.verification.worker import RESULT_MARK
 
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARK):

@@ -245,7 +245,7 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
                     return _broken(row, base, dev, dtypes, first.message, record)
                 if first.status == "not_set_up":
                     return _not_run(row, base, dev, dtypes, first.message)
-                notes.append(f"first run in a child process: {first.status}")
+                notes.append(f"first run in a child process: {first.status} ({first.times_text()})")
                 _ISOLATED.add(_isolation_key(row))
             if sanitize:
                 tools = _isolate.SANITIZER_TOOLS if sanitize is True else tuple(sanitize)

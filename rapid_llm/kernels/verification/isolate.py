@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapid_llm.kernels.build import cell_lines
+from rapid_llm.kernels.verification import worker
+from rapid_llm.kernels.verification.worker import RESULT_MARK
 from rapid_llm.kernels.platform import cuda_tool
 
 __all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize", "SANITIZER_TOOLS", "TIMEOUT_S",
@@ -38,8 +40,8 @@ __all__ = ["ChildResult", "SanitizerFinding", "recipe", "run_child", "sanitize",
 #: Seconds a child may take: torch's import and CUDA start-up take a few, a cached build a fraction of one.
 TIMEOUT_S = float(os.environ.get("RAPID_LLM_CHILD_TIMEOUT_S", "120"))
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-#: The prefix of the child's result line (rapid_llm.kernels.verification.isolate_child prints it).
-RESULT_MARK = "RAPID_LLM_CHILD_RESULT "
+#: "0" runs each first run in a fresh child instead of the warm worker.
+WARM = os.environ.get("RAPID_LLM_WARM_WORKER", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,18 @@ class ChildResult:
     report: str = ""
     findings: tuple[SanitizerFinding, ...] = field(default=())
     golden: dict[str, Any] | None = None
+    #: Where the time went: "start" (a fresh child's whole run, or waiting for the warm worker), "rebuild"
+    #: (setting the row up in the child), "checks"; seconds.
+    times: dict[str, float] = field(default_factory=dict)
+
+    def times_text(self) -> str:
+        """'worker warm, rebuild 0.02 s, checks 0.31 s' (what verify's notes show)."""
+        parts = []
+        if "start" in self.times:
+            start = self.times["start"]
+            parts.append("worker warm" if start < 0.05 else f"waited {start:.2f} s for the worker to start")
+        parts += [f"{k} {self.times[k]:.2f} s" for k in ("rebuild", "checks") if k in self.times]
+        return ", ".join(parts)
 
     @property
     def broken(self) -> bool:
@@ -119,6 +133,8 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
     """Run ``verify`` of the recipe's row in a child Python (under compute-sanitizer ``tool`` if given)."""
     job = dict(recipe, dtypes_to_check=list(dtypes) if dtypes else None, sizes=list(sizes) if sizes else None,
                lineinfo=tool is not None)
+    if tool is None and WARM:
+        return _from_worker(recipe["name"], job, timeout)
     cmd = [sys.executable, "-m", "rapid_llm.kernels.verification.isolate_child", json.dumps(job)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if tool is not None:
@@ -138,17 +154,43 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
                                    "loop, or a kernel waiting forever); the child was killed" + tail)
     findings = tuple(parse_sanitizer(proc.stdout + proc.stderr, tool, Path(recipe.get("source", "")))) if tool else ()
     result = _result_line(proc.stdout)
-    if result is not None and result.get("setup_error"):
-        return ChildResult("not_set_up", f"the child process could not set up {recipe['name']}: "
-                                         f"{result['setup_error']}", findings=findings)
     if result is None:
         return ChildResult("crashed", f"{recipe['name']} crashed its process (exit status {proc.returncode}): "
                                       f"{_device_message(proc.stderr + proc.stdout)}", findings=findings)
+    return _judge(recipe["name"], result, findings)
+
+
+def _judge(name: str, result: dict[str, Any], findings: tuple[SanitizerFinding, ...] = (),
+           times: dict[str, float] | None = None) -> ChildResult:
+    """A child's result line as a ChildResult."""
+    times = dict(times or {})
+    times.update({k: result[f"{k}_s"] for k in ("setup", "checks") if f"{k}_s" in result})
+    if "setup" in times:
+        times["rebuild"] = times.pop("setup")
+    if result.get("setup_error"):
+        return ChildResult("not_set_up", f"the child process could not set up {name}: {result['setup_error']}",
+                           findings=findings, times=times)
     if result.get("device_error"):  # the checks caught it, but the child's CUDA context is gone: in ours it would be
-        return ChildResult("crashed", f"{recipe['name']} left its process's CUDA context unusable: "
-                                      f"{result['device_error']}", result.get("report", ""), findings)
+        return ChildResult("crashed", f"{name} left its process's CUDA context unusable: {result['device_error']}",
+                           result.get("report", ""), findings, times=times)
     status = "passed" if result["passed"] and not findings else "failed"
-    return ChildResult(status, result.get("summary", ""), result.get("report", ""), findings, result.get("golden"))
+    return ChildResult(status, result.get("summary", ""), result.get("report", ""), findings, result.get("golden"),
+                       times)
+
+
+def _from_worker(name: str, job: dict[str, Any], timeout: float) -> ChildResult:
+    """The job run by the warm worker (rapid_llm.kernels.verification.worker), judged as a fresh child's would be."""
+    answer = worker.ask(job, timeout)
+    times = {"start": answer.wait_s}
+    if answer.status == "hung":
+        return ChildResult("hung", f"{name} did not finish in {timeout:g} s in a child process (an endless loop, or "
+                                   "a kernel waiting forever); the child was killed" + _tail(answer.output), times=times)
+    if answer.status == "crashed":
+        return ChildResult("crashed", f"{name} crashed its process: {_device_message(answer.output)}", times=times)
+    if answer.status == "no_start" or answer.result is None:
+        return ChildResult("not_set_up", f"the child process could not start: {_tail(answer.output).lstrip('; ')}",
+                           times=times)
+    return _judge(name, answer.result, times=times)
 
 
 def sanitize(recipe: dict[str, Any], tools: Sequence[str] = SANITIZER_TOOLS, *, dtypes: Sequence[str] | None = None,

@@ -1,19 +1,27 @@
 """The child side of rapid_llm.kernels.verification.isolate: rebuild one row, verify it, print the result as one JSON line.
 
-    python -m rapid_llm.kernels.verification.isolate_child '<recipe json>'
+    python -m rapid_llm.kernels.verification.isolate_child '<recipe json>'   # one job, then exit
+    python -m rapid_llm.kernels.verification.isolate_child --serve           # the warm worker
 
 After the checks it asks the device for one more small operation: a kernel
 that faulted leaves the CUDA context unusable even when the checks caught
 its exception, and the parent must hear that the row would have broken its
 process.
+
+``--serve`` pays torch's import and CUDA's start once, says so on a ready
+line, then takes one recipe per stdin line, each in a registry of its own
+(the shipped ops, plus what the recipe declares), and answers each with its
+result line. It exits at end of input, and after a job that left its CUDA
+context unusable (the parent starts a fresh one).
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
-from rapid_llm.kernels.verification.isolate import RESULT_MARK
+from rapid_llm.kernels.verification.worker import READY_MARK, RESULT_MARK
 
 
 def register(job: dict[str, Any]) -> str:
@@ -75,21 +83,52 @@ def device_error() -> str | None:
     return None
 
 
-def main(job: dict[str, Any]) -> int:
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Set the recipe's row up and verify it: the result line's fields, with the time each step took."""
     from rapid_llm.kernels.verification.golden import verify
 
+    t0 = time.perf_counter()
     try:
         name = set_up(job)
     except Exception as exc:  # noqa: BLE001 - any failure to set up is reported, in one line
         first = (str(exc).strip().splitlines() or [""])[0]
-        print(RESULT_MARK + json.dumps({"setup_error": f"{type(exc).__name__}: {first}"}), flush=True)
-        return 0
+        return {"setup_error": f"{type(exc).__name__}: {first}"}
+    t1 = time.perf_counter()
     report = verify(name, dtypes=job.get("dtypes_to_check"), sizes=job.get("sizes"), record=False, isolate=False)
-    print(RESULT_MARK + json.dumps({"passed": report.passed, "report": str(report),
-                                    "summary": str(report).splitlines()[0], "device_error": device_error(),
-                                    "golden": report.record.to_json()}), flush=True)
+    t2 = time.perf_counter()
+    return {"passed": report.passed, "report": str(report), "summary": str(report).splitlines()[0],
+            "device_error": device_error(), "golden": report.record.to_json(),
+            "setup_s": round(t1 - t0, 4), "checks_s": round(t2 - t1, 4)}
+
+
+def main(job: dict[str, Any]) -> int:
+    print(RESULT_MARK + json.dumps(run_job(job)), flush=True)
+    return 0
+
+
+def serve() -> int:
+    """The warm worker: start once, then one job per input line (see the module's docstring)."""
+    t0 = time.perf_counter()
+    import torch
+
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.verification import golden  # noqa: F401 - its import is start-up, not a job's time
+
+    spec.all_ops()
+    if torch.cuda.is_available():
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    print(READY_MARK + json.dumps({"start_s": round(time.perf_counter() - t0, 3)}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        with spec.isolated(discover=True):
+            result = run_job(json.loads(line))
+        print(RESULT_MARK + json.dumps(result), flush=True)
+        if result.get("device_error"):
+            return 0  # this context is gone: the parent starts a fresh worker
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(json.loads(sys.argv[1])))
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else main(json.loads(sys.argv[1])))
