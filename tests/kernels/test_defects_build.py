@@ -38,5 +38,5 @@ def test_builds_and_checks_its_arguments(src):
     module = jit.build_jit(f"defect_{src.stem}", src, builder="fast").module
     launcher = getattr(module, f"scale_{src.stem}")
     x = torch.ones(8)
-    with pytest.raises(RuntimeError, match=rf"^scale_{src.stem}: CUDA tensors only"):
+    with pytest.raises(ValueError, match=rf"^scale_{src.stem}: CUDA tensors only"):
         launcher(torch.empty_like(x), x, 1.7)

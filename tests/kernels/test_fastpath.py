@@ -139,10 +139,10 @@ def test_launcher_computes_and_converts_arguments(cell_module):
     (("x",), TypeError, r"scale\(\) takes 3 positional arguments \(ttf\) but 1 were given"),
     (("out", "x", "2"), TypeError, r"argument 3 must be a float, not str"),
     (("out", [1.0], 2.0), TypeError, r"argument 2 must be a torch.Tensor, not list"),
-    (("out", "x64", 2.0), RuntimeError, r"^scale: shapes/dtypes differ: \[8\] fp32 on cpu vs \[8\] fp64 on cpu$"),
-    (("out", "x_short", 2.0), RuntimeError, r"scale: shapes/dtypes differ: \[8\] fp32 on cpu vs \[4\] fp32"),
-    (("h", "h", 2.0), RuntimeError, r"^scale: dtype fp16 is not supported \(supported: fp32, fp64\)$"),
-    (("out2d_t", "x2d_t", 2.0), RuntimeError, r"scale: contiguous tensors only, got a strided view \[4, 2\]"),
+    (("out", "x64", 2.0), ValueError, r"^scale: shapes/dtypes differ: \[8\] fp32 on cpu vs \[8\] fp64 on cpu$"),
+    (("out", "x_short", 2.0), ValueError, r"scale: shapes/dtypes differ: \[8\] fp32 on cpu vs \[4\] fp32"),
+    (("h", "h", 2.0), ValueError, r"^scale: dtype fp16 is not supported \(supported: fp32, fp64\)$"),
+    (("out2d_t", "x2d_t", 2.0), ValueError, r"scale: contiguous tensors only, got a strided view \[4, 2\]"),
 ])
 def test_bad_arguments_raise_and_name_the_problem(cell_module, args, error, match):
     values = {"x": torch.ones(8), "out": torch.empty(8), "x64": torch.ones(8, dtype=torch.float64),
@@ -262,7 +262,7 @@ def scale_module():
     (lambda: (torch.empty(4, device="cuda"), torch.ones(8, device="cuda"), 2.0), r"^scale: shapes/dtypes differ"),
 ])
 def test_checks_raise_without_cuda_error_state(scale_module, make, match):
-    with pytest.raises(RuntimeError, match=match):
+    with pytest.raises(ValueError, match=match):
         scale_module.scale(*make())
     torch.cuda.synchronize()  # no sticky error was left behind
     x = torch.ones(1024, device="cuda")

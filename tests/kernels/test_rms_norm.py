@@ -18,7 +18,7 @@ from rapid_llm.kernels.registry import spec
 from tests.reference import assert_close_to_ref, oracle
 
 HAS_CUDA = torch.cuda.is_available()
-#: Rows whose Python wrapper raises ValueError on bad input (the CUDA row's launcher raises RuntimeError).
+#: Rows checked for bad input here (the CUDA row's launcher raises the same ValueError: test_rms_norm_jit.py).
 ROWS = ("native", "triton")
 #: Rows checked for numerics: the CUDA row too where a GPU is (its bad inputs: test_rms_norm_jit.py).
 NUMERIC_ROWS = ROWS + (("jit",) if HAS_CUDA else ())

@@ -31,9 +31,9 @@ def launcher(row: str):
 def test_sources_build_and_refuse_cpu_tensors():
     rms, fused = launcher(RMS), launcher(FUSED)
     x, w = torch.randn(2, 8), torch.ones(8)
-    with pytest.raises(RuntimeError, match=r"^rms_norm: CUDA tensors only"):
+    with pytest.raises(ValueError, match=r"^rms_norm: CUDA tensors only"):
         rms(torch.empty_like(x), x, w, 1e-6)
-    with pytest.raises(RuntimeError, match=r"^fused_add_rms_norm: CUDA tensors only"):
+    with pytest.raises(ValueError, match=r"^fused_add_rms_norm: CUDA tensors only"):
         fused(x, x.clone(), w, 1e-6)
 
 
@@ -86,7 +86,7 @@ BAD_CALLS = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("row, make, match", BAD_CALLS)
 def test_bad_inputs_raise_without_cuda_error_state(rows, row, make, match):
-    with pytest.raises(RuntimeError, match=match):
+    with pytest.raises(ValueError, match=match):
         launcher(row)(*make())
     torch.cuda.synchronize()  # no sticky error was left behind
     assert torch.isfinite(rows[0](_x(), _w(), 1e-6)).all()

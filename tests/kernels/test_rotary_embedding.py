@@ -302,7 +302,7 @@ def test_jit_int32_positions_and_out_of_range_tokens(jit_rope):
 @pytest.mark.parametrize("label, args, match", _bad_inputs(), ids=[c[0] for c in _bad_inputs()])
 def test_jit_bad_inputs_raise_naming_the_op(jit_rope, label, args, match):
     args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
-    with pytest.raises(RuntimeError, match=f"^rotary_embedding: .*{match.replace('is not supported', 'not supported')}"):
+    with pytest.raises(ValueError, match=f"^rotary_embedding: .*{match.replace('is not supported', 'not supported')}"):
         jit_rope(*args)
     torch.cuda.synchronize()  # no sticky CUDA error was left behind
 

@@ -221,13 +221,13 @@ def test_silu_launcher_checks_the_row_stride_before_the_device():
     from rapid_llm.kernels.build import jit
 
     silu = jit.build_jit("silu_and_mul", "activation/silu_and_mul.cu", builder="fast").module.silu_and_mul
-    with pytest.raises(RuntimeError, match=r"^silu_and_mul: x must have a contiguous last dim and one row stride, "
+    with pytest.raises(ValueError, match=r"^silu_and_mul: x must have a contiguous last dim and one row stride, "
                                            r"got \[8, 64\] fp32 on cpu with strides \[1, 8\]$"):
         silu(torch.empty(8, 32), torch.ones(64, 8).t())
-    with pytest.raises(RuntimeError, match=r"^silu_and_mul: out must have a contiguous last dim and one row stride, "
+    with pytest.raises(ValueError, match=r"^silu_and_mul: out must have a contiguous last dim and one row stride, "
                                            r"got \[8, 32\] fp32 on cpu with strides \[0, 1\]$"):
         silu(torch.empty(32).expand(8, 32), torch.ones(8, 64))
-    with pytest.raises(RuntimeError, match=r"^silu_and_mul: CUDA tensors only"):  # a row stride passes
+    with pytest.raises(ValueError, match=r"^silu_and_mul: CUDA tensors only"):  # a row stride passes
         silu(torch.empty(8, 40)[:, :32], torch.ones(8, 128)[:, :64])
 
 
@@ -261,7 +261,7 @@ BAD_LAYOUTS = [
                          ids=["rms-x-transposed", "rms-out-overlapping", "rms-x-non-uniform", "rms-weight-step",
                               "fused-x-transposed", "fused-residual-step", "silu-x-transposed"])
 def test_cuda_launchers_refuse_views_without_one_row_stride(row, make, match):
-    with pytest.raises(RuntimeError, match=match):
+    with pytest.raises(ValueError, match=match):
         launcher(row)(*make())
     torch.cuda.synchronize()  # no sticky CUDA error was left behind
 

@@ -57,13 +57,13 @@ def test_row_handles_an_empty_input(name):
     assert out.numel() == 0 and (out.dtype == dtype or reference.compare is not None)
 
 
-#: Dtypes no Triton row takes: a Triton row called directly with one must say so in a line naming the op, not in
-#: a compiler's log. (A .cu row's launcher refuses them too, as RuntimeError from its RL_CHECK.)
+#: Dtypes no Triton or CUDA row takes: such a row called directly with one must say so in a ValueError line
+#: naming the op (a .cu launcher's RL_CHECK, a Triton row's own check), not in a compiler's log.
 UNDECLARED = ("fp64", "int32")
 
 
 @pytest.mark.parametrize("dtype", UNDECLARED)
-@pytest.mark.parametrize("name", [n for n in _all_rows() if spec.get_row(n).backend == "triton"])
+@pytest.mark.parametrize("name", [n for n in _all_rows() if spec.get_row(n).backend != "native"])
 def test_a_row_called_with_a_dtype_it_does_not_take_says_so_in_one_line(name, dtype):
     device = _runnable(name)
     row = spec.get_row(name)
@@ -79,6 +79,33 @@ def test_a_row_called_with_a_dtype_it_does_not_take_says_so_in_one_line(name, dt
         row.load()(*args, **kwargs)
     message = str(caught.value)
     assert message.startswith(f"{row.op}:") and "\n" not in message, message
+
+
+def _weight_of_the_wrong_size(device: torch.device) -> dict[str, tuple]:
+    x, w = torch.randn(2, 16, device=device), torch.randn(8, device=device)
+    return {"rms_norm": (x, w, 1e-6), "fused_add_rms_norm": (x, torch.randn(2, 16, device=device), w, 1e-6)}
+
+
+#: One bad input per op that every row must refuse in the same words as the native floor (the same type too):
+#: code that catches the error must not depend on which row served the call.
+BAD_INPUTS = {
+    "rms_norm": lambda d: _weight_of_the_wrong_size(d)["rms_norm"],
+    "fused_add_rms_norm": lambda d: _weight_of_the_wrong_size(d)["fused_add_rms_norm"],
+    "silu_and_mul": lambda d: (torch.randn(2, 7, device=d),),
+}
+
+
+@pytest.mark.parametrize("name", [n for n in _all_rows() if spec.get_row(n).op in BAD_INPUTS])
+def test_every_row_refuses_a_bad_input_as_the_floor_does(name):
+    device = _runnable(name)
+    row = spec.get_row(name)
+    floor = next(r for r in spec.rows_for(row.op) if r.is_native)
+    with pytest.raises(Exception) as expected:
+        floor.load()(*BAD_INPUTS[row.op](device))
+    with pytest.raises(Exception) as caught:
+        row.load()(*BAD_INPUTS[row.op](device))
+    assert type(caught.value) is type(expected.value) is ValueError
+    assert str(caught.value) == str(expected.value)
 
 
 @pytest.mark.parametrize("op", spec.all_ops())

@@ -128,7 +128,7 @@ def _bind(launcher: Callable[..., Any], name: str, rule: str) -> Callable[..., A
         if out is None:
             if halve:
                 if input.dim() == 0 or input.shape[-1] % 2:
-                    raise ValueError(f"{name}: the input's last dimension must be even, got {tuple(input.shape)}")
+                    raise ValueError(f"{name}: the input's last dim must be even ([..., 2I]), got {list(input.shape)}")
                 out = input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
             else:
                 out = torch.empty_like(input, memory_format=torch.contiguous_format)

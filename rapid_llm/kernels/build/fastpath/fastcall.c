@@ -291,8 +291,8 @@ static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_
   if (status != RL_OK) {
     if (status == RL_INTERNAL)
       PyErr_Format(PyExc_RuntimeError, "%s(): internal error in the launcher: %s", self->def.ml_name, err);
-    else
-      PyErr_SetString(PyExc_RuntimeError, err);
+    else  /* a failed RL_CHECK is bad input, as the op's other rows say it; a CUDA error is not */
+      PyErr_SetString(status == RL_CHECK_FAILED ? PyExc_ValueError : PyExc_RuntimeError, err);
     return NULL;
   }
   switch (self->result) {

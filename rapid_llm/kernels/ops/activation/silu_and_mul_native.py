@@ -22,7 +22,7 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     except AttributeError:
         raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}") from None
     if two_i % 2:
-        raise ValueError(f"silu_and_mul: the last dim of x must be even (x is [..., 2I]), got {tuple(x.shape)}")
+        raise ValueError(f"silu_and_mul: the input's last dim must be even ([..., 2I]), got {list(x.shape)}")
     if x.dtype not in _DTYPES:
         raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
     inner = two_i // 2

@@ -175,7 +175,7 @@ inline int64_t next_pow2(int64_t v) {
 void silu_and_mul(rl::Tensor out, rl::Tensor x) {
   // Step 1: validate. The shape facts come first: they hold on any device (a CPU build tests them).
   RL_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0,
-           "silu_and_mul: the last dim of x must be even (x is [..., 2I]), got ", x.describe());
+           "silu_and_mul: the input's last dim must be even ([..., 2I]), got ", x.shape_str());
   const int64_t inner = x.size(-1) / 2;
   bool halved = out.dim() == x.dim() && out.size(-1) == inner;
   for (int64_t d = 0; halved && d + 1 < x.dim(); ++d) halved = out.size(d) == x.size(d);

@@ -26,8 +26,9 @@
 // What the fast path does for every launcher, so a source cannot forget it:
 // the call runs with the device of its first CUDA tensor current, rl::launch
 // uses torch's current stream on it (CUDA graph capture works), and every
-// launch is checked. A failed RL_CHECK raises RuntimeError in Python with the
-// message; nothing crashes and no CUDA error state is left behind.
+// launch is checked. A failed RL_CHECK raises ValueError in Python with the
+// message (as the op's native and Triton rows raise for the same bad input);
+// nothing crashes and no CUDA error state is left behind.
 #ifndef RAPID_LLM_CUH_
 #define RAPID_LLM_CUH_
 
@@ -119,7 +120,7 @@ template <typename... A>
 }
 }  // namespace detail
 
-// RL_CHECK(cond, "op: message ", value, ...): raise RuntimeError(message) in Python when cond is false.
+// RL_CHECK(cond, "op: message ", value, ...): raise ValueError(message) in Python when cond is false.
 #define RL_CHECK(cond, ...)                                              \
   do {                                                                   \
     if (__builtin_expect(!(cond), 0)) ::rl::detail::check_failed_with(__VA_ARGS__); \

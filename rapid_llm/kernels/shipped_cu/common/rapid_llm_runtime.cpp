@@ -14,11 +14,11 @@
 namespace rl {
 namespace {
 
-// A failed RL_CHECK: RuntimeError in Python with this message.
+// A failed RL_CHECK: ValueError in Python with this message.
 struct CheckError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-// A CUDA call that failed: RuntimeError too, its message starting with "CUDA error".
+// A CUDA call that failed: RuntimeError, its message starting with "CUDA error".
 struct CudaError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -76,10 +76,10 @@ void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, v
   int i = 0;
   while (i < rl_kernel_count && rl_kernel_symbols[i] != host_symbol) ++i;
   if (i == rl_kernel_count)
-    check_failed("rl::launch: not a kernel of this module (declare it with __global__ in the host code)");
+    throw std::logic_error("rl::launch: not a kernel of this module (declare it with __global__ in the host code)");
   if (!(grid.x && grid.y && grid.z && block.x && block.y && block.z))
-    check_failed("launching " + demangle(rl_kernel_names[i]) +
-                 ": empty grid or block (return before launching on empty inputs)");
+    throw std::logic_error("launching " + demangle(rl_kernel_names[i]) +  // the launcher's bug, not the input's
+                           ": empty grid or block (return before launching on empty inputs)");
   if (rl_runtime_slot == nullptr || rl_kernel_handles[i] == nullptr)
     throw CudaError("CUDA error: the kernels of this module are not loaded (no CUDA driver in this process)");
   const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};

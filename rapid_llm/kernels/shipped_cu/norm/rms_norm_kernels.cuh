@@ -273,7 +273,7 @@ inline int64_t check_weight(const char* op, const rl::Tensor& x, const rl::Tenso
   RL_CHECK(x.dim() >= 1, op, ": x must have a hidden dimension, got ", x.describe());
   const int64_t hidden = x.size(-1);
   RL_CHECK(weight.dim() == 1 && weight.size(0) == hidden, op, ": weight must be [", hidden,
-           "] (x's last dim), got ", weight.describe());
+           "] (x's last dim), got ", weight.shape_str());  // the native row's words
   RL_CHECK(weight.dtype() == x.dtype(), op, ": weight must have x's dtype, got ", weight.describe(), " vs ",
            x.describe());
   RL_CHECK(hidden <= INT32_MAX, op, ": hidden size ", hidden, " is past 2^31 - 1");
