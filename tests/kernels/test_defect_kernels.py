@@ -31,6 +31,7 @@ VERIFY_CATCHES = [
     ("other_stream", "other_stream", False),
     ("constant_output", "input_independent", False),
     ("out_of_bounds", "guard_band", True),
+    ("reads_past_end", "out_of_bounds_read", False),
 ]
 FIXED = ["fixed", "race_fixed", "uninit_read_fixed"]
 CRASHES = ["null_write", "device_assert"]

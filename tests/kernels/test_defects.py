@@ -29,6 +29,7 @@ TRITON_DEFECTS = [
     ("scale_constant_output", "input_independent", False),
     ("scale_out_of_bounds", "guard_band", True),
     ("scale_writes_nothing", "unwritten", False),
+    ("scale_reads_past_end", "out_of_bounds_read", False),
 ]
 PYTHON_DEFECTS = [
     ("scale_ignores_out", "unwritten", False),

@@ -17,6 +17,11 @@
   whose inputs are produced behind a delay, and the result is read after
   synchronising that stream only; a row whose work runs elsewhere reads its
   inputs early or is read before it finishes;
+- **out-of-bounds reads**: when a case comes out wrong, each tensor argument
+  is placed inside a buffer whose bytes before it, then after it, are filled
+  two ways; a result that changes with them was computed from memory outside
+  that argument, and is named ``out_of_bounds_read`` (which argument, which
+  side) instead of being left as a value mismatch;
 - **several seeds**: a row whose output does not change when its input does
   is ``input_independent``; run twice on one input it is (or is not)
   deterministic, which is reported as a property.
@@ -35,7 +40,8 @@ from typing import Any, Iterator, Sequence
 import torch
 
 __all__ = ["DEFECT_KINDS", "Defect", "output_like", "copy_for_row", "guarded", "poison_free_memory",
-           "changed_arguments", "unwritten_count", "same_bits", "snapshot", "POISON_BYTE", "CANARY_BYTE"]
+           "changed_arguments", "unwritten_count", "same_bits", "snapshot", "POISON_BYTE", "CANARY_BYTE",
+           "inside_bands", "out_of_bounds_reads"]
 
 #: What each kind of defect means; a Defect's ``kind`` is one of these keys.
 DEFECT_KINDS = {
@@ -43,6 +49,7 @@ DEFECT_KINDS = {
     "input_independent": "the output did not change when the input did",
     "unwritten": "output elements still hold the poison pattern: they were never written",
     "guard_band": "bytes changed next to an output: a write out of bounds",
+    "out_of_bounds_read": "the result changes with the bytes next to an input: a read out of bounds",
     "other_stream": "the work was not ordered on the current stream",
     "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
 }
@@ -136,6 +143,61 @@ def copy_for_row(t: torch.Tensor, name: str = "argument") -> torch.Tensor:
     out = _layout_like(t.shape, t.stride(), misalign, t.dtype, t.device, name)
     out.copy_(t)
     return out
+
+
+#: Two fills of the bytes around an input: finite, and different values in every float type (1.06 / 3.13 in fp16,
+#: 0.0115 / 48.5 in bf16 and fp32).
+READ_BAND_BYTES = (0x3C, 0x42)
+
+
+def inside_bands(t: torch.Tensor, before: int, after: int) -> torch.Tensor:
+    """A copy of ``t`` (same strides and misalignment) whose buffer holds ``before`` bytes up to its first element
+    (and in its gaps) and ``after`` bytes past its last."""
+    misalign = (t.storage_offset() * t.element_size() % 16) // t.element_size()
+    pad = GUARD_BYTES // t.element_size()
+    span = _span(t.shape, t.stride())
+    base = torch.full(((2 * pad + misalign + span) * t.element_size(),), before, dtype=torch.uint8, device=t.device)
+    base[(pad + misalign + span) * t.element_size():] = after
+    out = base.view(t.dtype).as_strided(tuple(t.shape), tuple(t.stride()), pad + misalign)
+    out.copy_(t)
+    return out
+
+
+def _flat_results(result: Any) -> list[torch.Tensor]:
+    parts = result if isinstance(result, (tuple, list)) else (result,)
+    return [p.detach().clone() for p in parts if isinstance(p, torch.Tensor)]
+
+
+def _same_results(x: list[torch.Tensor], y: list[torch.Tensor]) -> bool:
+    return len(x) == len(y) and all(same_bits(p, q) for p, q in zip(x, y))
+
+
+def out_of_bounds_reads(run: Any, args: Sequence[Any]) -> list[str]:
+    """Which tensor arguments ``run(*args)`` reads outside of, and on which side (a message each); [] when the
+    result does not depend on their surroundings, or when two identical runs already differ (no verdict)."""
+    found = []
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor) or a.numel() == 0 or a.dtype not in _FLOAT_OR_INT:
+            continue
+        sides = []
+        for side in ("before", "after"):
+            outs = []
+            for byte in (READ_BAND_BYTES[0], READ_BAND_BYTES[0], READ_BAND_BYTES[1]):
+                banded = inside_bands(a, byte if side == "before" else READ_BAND_BYTES[0],
+                                      byte if side == "after" else READ_BAND_BYTES[0])
+                outs.append(_flat_results(run(*args[:i], banded, *args[i + 1:])))
+            if not _same_results(outs[0], outs[1]):
+                return []  # two identical runs differ: the row is not deterministic, and nothing can be said
+            if not _same_results(outs[0], outs[2]):
+                sides.append(side)
+        if sides:
+            found.append(f"the result changes with the bytes {' and '.join(sides)} argument {i + 1} "
+                         f"{tuple(a.shape)}: it reads outside that tensor")
+    return found
+
+
+_FLOAT_OR_INT = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
+                 torch.int16, torch.int8, torch.uint8}
 
 
 def guard_band_defects(guards: list[_Guarded]) -> list[str]:

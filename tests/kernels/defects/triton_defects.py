@@ -51,6 +51,17 @@ def _out_of_bounds_kernel(out_ptr, in_ptr, factor, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=offsets <= n)
 
 
+@triton.jit
+def _reads_past_end_kernel(out_ptr, in_ptr, factor, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    # DEFECT: the last element is read one place too far on (in[n], past the end of the input)
+    source = tl.where(offsets == n - 1, offsets + 1, offsets)
+    x = tl.load(in_ptr + source, mask=mask)
+    y = x.to(tl.float32) * factor
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+
+
 def _checked_out(input: torch.Tensor, out: torch.Tensor | None, name: str) -> torch.Tensor:
     """The wrapper's checks, as in the shipped Triton row (the defects are in the kernels, not here)."""
     if not input.is_contiguous():
@@ -91,6 +102,11 @@ def scale_constant_output(input: torch.Tensor, factor: float, out: torch.Tensor 
 def scale_out_of_bounds(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """DEFECT guard_band: every element right, and one more written just past the end of out."""
     return _launch(_out_of_bounds_kernel, input, factor, out, "scale_out_of_bounds")
+
+
+def scale_reads_past_end(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """DEFECT out_of_bounds_read: the last element is computed from the one past the end of the input."""
+    return _launch(_reads_past_end_kernel, input, factor, out, "scale_reads_past_end")
 
 
 def scale_writes_nothing(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
