@@ -503,5 +503,5 @@ def test_the_floor_may_serve_a_call_with_a_cheaper_callable_that_computes_the_sa
     out = torch.empty(64)
     assert call(x, 1.7, out=out) is out and torch.equal(out, torch.mul(x, 1.7))
     assert call.cached_entries() == 2  # one resolution without out=, one with
-    with pytest.raises(ValueError, match="scale: out must match input shape"):
+    with pytest.raises(ValueError, match=r"scale: shapes/dtypes differ: \["):
         call(x, 1.7, out=torch.empty(3))

@@ -88,10 +88,11 @@ def _weight_of_the_wrong_size(device: torch.device) -> dict[str, tuple]:
 
 #: One bad input per op that every row must refuse in the same words as the native floor (the same type too):
 #: code that catches the error must not depend on which row served the call.
-BAD_INPUTS = {
-    "rms_norm": lambda d: _weight_of_the_wrong_size(d)["rms_norm"],
-    "fused_add_rms_norm": lambda d: _weight_of_the_wrong_size(d)["fused_add_rms_norm"],
-    "silu_and_mul": lambda d: (torch.randn(2, 7, device=d),),
+BAD_INPUTS = {  # op -> device -> (args, kwargs)
+    "scale": lambda d: ((torch.randn(8, device=d), 2.0), {"out": torch.empty(4, device=d)}),
+    "rms_norm": lambda d: (_weight_of_the_wrong_size(d)["rms_norm"], {}),
+    "fused_add_rms_norm": lambda d: (_weight_of_the_wrong_size(d)["fused_add_rms_norm"], {}),
+    "silu_and_mul": lambda d: ((torch.randn(2, 7, device=d),), {}),
 }
 
 
@@ -100,11 +101,25 @@ def test_every_row_refuses_a_bad_input_as_the_floor_does(name):
     device = _runnable(name)
     row = spec.get_row(name)
     floor = next(r for r in spec.rows_for(row.op) if r.is_native)
+    args, kwargs = BAD_INPUTS[row.op](device)
     with pytest.raises(Exception) as expected:
-        floor.load()(*BAD_INPUTS[row.op](device))
+        floor.load()(*args, **kwargs)
     with pytest.raises(Exception) as caught:
-        row.load()(*BAD_INPUTS[row.op](device))
+        row.load()(*args, **kwargs)
     assert type(caught.value) is type(expected.value) is ValueError
+    assert str(caught.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("op", sorted(BAD_INPUTS))
+def test_dispatch_refuses_a_bad_input_as_the_floor_does(op, device):
+    import rapid_llm.kernels as K
+
+    floor = next(r for r in spec.rows_for(op) if r.is_native)
+    args, kwargs = BAD_INPUTS[op](device)
+    with pytest.raises(ValueError) as expected:
+        floor.load()(*args, **kwargs)
+    with pytest.raises(ValueError) as caught:
+        getattr(K, op)(*args, **kwargs)
     assert str(caught.value) == str(expected.value)
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.platform import describe
+
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -22,10 +24,7 @@ def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -
             raise TypeError(f"scale: input must be a tensor, got {type(input).__name__}") from None
         return torch.mul(input, factor)
     if out.shape != input.shape or out.dtype != input.dtype or out.device != input.device:
-        raise ValueError(
-            f"scale: out must match input shape/dtype/device, got {tuple(out.shape)} {out.dtype} {out.device}"
-            f" vs {tuple(input.shape)} {input.dtype} {input.device}"
-        )
+        raise ValueError(f"scale: shapes/dtypes differ: {describe(out)} vs {describe(input)}")  # rl::check_same's words
     if input.device.type == "cpu" and input.dtype in _HALF:
         return out.copy_(input.float().mul_(factor))
     return torch.mul(input, factor, out=out)

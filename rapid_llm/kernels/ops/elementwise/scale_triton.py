@@ -9,6 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
+from rapid_llm.kernels.platform import describe
+
 BLOCK = 4096
 
 
@@ -40,10 +42,7 @@ def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -
     if out is None:
         out = torch.empty_like(input)
     elif out.shape != input.shape or out.dtype != input.dtype or out.device != input.device:
-        raise ValueError(
-            f"scale: out must match input shape/dtype/device, got {tuple(out.shape)} {out.dtype} {out.device}"
-            f" vs {tuple(input.shape)} {input.dtype} {input.device}"
-        )
+        raise ValueError(f"scale: shapes/dtypes differ: {describe(out)} vs {describe(input)}")  # rl::check_same's words
     elif not out.is_contiguous():
         raise ValueError("scale: contiguous tensors only")
     n = input.numel()
