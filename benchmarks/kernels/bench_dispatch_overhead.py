@@ -78,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         other = other_kernels.scale
         other(x, 2.0)
         other_row = other_kernels.resolve("scale", x).name
+        if other_row != row.name:  # not like for like: say why the other revision chose another row
+            print(f"--against chose {other_row}, this revision {row.name}:\n{other_kernels.explain('scale', x)}")
     via_op, via_row, via_native, via_torch, via_other = [], [], [], [], []
     for _ in range(args.pairs):
         via_op.append(bench_host(op, x, 2.0, n=args.n, label="rapid_llm.kernels.scale"))

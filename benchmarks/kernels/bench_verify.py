@@ -1,0 +1,107 @@
+"""How long verify takes right after a cell's build: the warm worker against a fresh child, same process.
+
+    python benchmarks/kernels/bench_verify.py [--edits 10] [--memcheck 3] [--out FILE.json]
+
+For each cell (notebook 01's vectorised scale, notebook 06's rms_norm), each
+"edit" writes the cell with one new comment line (a new source digest, so
+nothing is remembered from an earlier verify), builds it, and times
+``verify`` of the fresh row: once with the warm worker and once with a fresh
+child process per call (``RAPID_LLM_WARM_WORKER=0``'s path), interleaved. The
+medians, and the split verify's notes give for the warm calls, are printed;
+then ``verify(row, sanitize=("memcheck",))`` a few times. Needs a CUDA GPU and
+the CUDA toolkit (the rows are JIT CUDA rows).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.registry.spec import KernelSpec
+from rapid_llm.kernels.verification import isolate, worker
+from rapid_llm.kernels.verification.golden import verify
+
+CELLS = {  # cell, the op it serves, its launcher
+    "scale_vec": ("csrc/elementwise/scale_vec.cu", "scale", "scale_vec"),
+    "rms_norm_cell": ("csrc/norm/rms_norm_cell.cu", "rms_norm", "rms_norm"),
+}
+
+
+def edited_row(name: str, edit: int, workdir: Path) -> str:
+    """The cell with one new comment line, built and registered as jit/<name>_e<edit>; the row's name."""
+    rel, op, fn = CELLS[name]
+    text = (platform.PACKAGE_DIR.parent / rel).read_text()
+    path = workdir / f"{name}_e{edit}.cu"
+    path.write_text(f"// edit {edit} at {time.time_ns()}\n{text}")
+    row = f"jit/{name}_e{edit}"
+    spec.register(KernelSpec(name=row, op=op, backend="jit", target=JitRow(path, fn),
+                             available="rapid_llm.kernels.build.jit:available", dtypes=("bf16", "fp16", "fp32"),
+                             devices=("cuda",)), replace=True)
+    spec.get_row(row).call_path()  # the build, as the cell's run does it
+    return row
+
+
+def timed_verify(row: str, warm: bool, **kwargs: Any) -> tuple[float, tuple[str, ...]]:
+    isolate.WARM = warm
+    t0 = time.perf_counter()
+    report = verify(row, **kwargs)
+    seconds = time.perf_counter() - t0
+    if not report.passed:
+        raise SystemExit(f"{row} failed verify:\n{report}")
+    return seconds, report.notes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--edits", type=int, default=10, help="edits per cell and mode")
+    parser.add_argument("--memcheck", type=int, default=3, help="verify(sanitize=('memcheck',)) runs per cell")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_verify: needs a CUDA GPU (the cells are JIT CUDA rows)")
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="rapid_llm_bench_verify_"))
+    worker.prewarm()  # what a cell's build does in a notebook
+    doc: dict[str, Any] = {"device": platform.device_label(torch.device("cuda")), "torch": torch.__version__,
+                           "edits": args.edits, "cells": {}}
+    for name in CELLS:
+        warm, fresh, notes = [], [], []
+        for edit in range(args.edits):
+            for mode in (True, False):
+                row = edited_row(name, 2 * edit + int(mode), workdir)
+                seconds, row_notes = timed_verify(row, mode)
+                (warm if mode else fresh).append(seconds)
+                if mode:
+                    notes.append(next((n for n in row_notes if n.startswith("first run")), ""))
+        memcheck = []
+        for edit in range(args.memcheck):
+            row = edited_row(name, 1000 + edit, workdir)
+            memcheck.append(timed_verify(row, True, sanitize=("memcheck",))[0])
+        cell = {"warm_s": warm, "fresh_s": fresh, "memcheck_s": memcheck, "warm_notes": notes}
+        doc["cells"][name] = cell
+        print(f"{name}: verify right after the build, median of {args.edits}: warm worker "
+              f"{statistics.median(warm):.2f} s, fresh child {statistics.median(fresh):.2f} s "
+              f"({statistics.median(fresh) / statistics.median(warm):.1f}x); "
+              f"sanitize=('memcheck',) median of {len(memcheck)}: "
+              f"{statistics.median(memcheck) if memcheck else float('nan'):.2f} s")
+        print(f"  warm: {', '.join(f'{s:.2f}' for s in warm)}")
+        print(f"  fresh: {', '.join(f'{s:.2f}' for s in fresh)}")
+        print(f"  memcheck: {', '.join(f'{s:.2f}' for s in memcheck)}")
+        print(f"  a warm call's notes: {notes[len(notes) // 2]}")
+    if args.out:
+        platform.write_atomic(args.out, json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
