@@ -1,6 +1,7 @@
 """How long verify takes right after a cell's build: the warm worker against a fresh child, same process.
 
-    python benchmarks/kernels/bench_verify.py [--edits 10] [--memcheck 3] [--out FILE.json]
+    python benchmarks/kernels/bench_verify.py [--cells scale_vec rms_norm_cell] [--edits 10] [--fresh 10]
+                                              [--memcheck 3] [--out FILE.json]
 
 For each cell (notebook 01's vectorised scale, notebook 06's rms_norm), each
 "edit" writes the cell with one new comment line (a new source digest, so
@@ -63,7 +64,9 @@ def timed_verify(row: str, warm: bool, **kwargs: Any) -> tuple[float, tuple[str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--edits", type=int, default=10, help="edits per cell and mode")
+    parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
+    parser.add_argument("--edits", type=int, default=10, help="edits verified with the warm worker, per cell")
+    parser.add_argument("--fresh", type=int, help="edits verified in a fresh child, per cell (default: --edits)")
     parser.add_argument("--memcheck", type=int, default=3, help="verify(sanitize=('memcheck',)) runs per cell")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
@@ -74,10 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.prewarm()  # what a cell's build does in a notebook
     doc: dict[str, Any] = {"device": platform.device_label(torch.device("cuda")), "torch": torch.__version__,
                            "edits": args.edits, "cells": {}}
-    for name in CELLS:
+    n_fresh = args.edits if args.fresh is None else args.fresh
+    for name in args.cells:
         warm, fresh, notes = [], [], []
-        for edit in range(args.edits):
+        for edit in range(max(args.edits, n_fresh)):
             for mode in (True, False):
+                if edit >= (args.edits if mode else n_fresh):
+                    continue
                 row = edited_row(name, 2 * edit + int(mode), workdir)
                 seconds, row_notes = timed_verify(row, mode)
                 (warm if mode else fresh).append(seconds)
@@ -89,9 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             memcheck.append(timed_verify(row, True, sanitize=("memcheck",))[0])
         cell = {"warm_s": warm, "fresh_s": fresh, "memcheck_s": memcheck, "warm_notes": notes}
         doc["cells"][name] = cell
-        print(f"{name}: verify right after the build, median of {args.edits}: warm worker "
-              f"{statistics.median(warm):.2f} s, fresh child {statistics.median(fresh):.2f} s "
-              f"({statistics.median(fresh) / statistics.median(warm):.1f}x); "
+        fresh_text = (f"fresh child {statistics.median(fresh):.2f} s (median of {len(fresh)}, "
+                      f"{statistics.median(fresh) / statistics.median(warm):.1f}x)") if fresh else "no fresh child runs"
+        print(f"{name}: verify right after the build: warm worker {statistics.median(warm):.2f} s (median of "
+              f"{len(warm)}), {fresh_text}; "
               f"sanitize=('memcheck',) median of {len(memcheck)}: "
               f"{statistics.median(memcheck) if memcheck else float('nan'):.2f} s")
         print(f"  warm: {', '.join(f'{s:.2f}' for s in warm)}")

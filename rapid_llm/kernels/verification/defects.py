@@ -17,7 +17,9 @@
   whose inputs are produced behind a delay, and the result is read after
   synchronising that stream only; a row whose work runs elsewhere reads its
   inputs early or is read before it finishes;
-- **out-of-bounds reads**: when a case comes out wrong, each tensor argument
+- **out-of-bounds reads**: every tensor argument sits inside read bands (so a
+  read just past it finds memory that exists: a wrong value, not a fault);
+  when a case comes out wrong, each tensor argument
   is placed inside a buffer whose bytes before it, then after it, are filled
   two ways; a result that changes with them was computed from memory outside
   that argument, and is named ``out_of_bounds_read`` (which argument, which

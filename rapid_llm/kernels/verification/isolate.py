@@ -20,8 +20,10 @@ The child is ``python -m rapid_llm.kernels.verification.isolate_child '<recipe j
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -68,6 +70,9 @@ class ChildResult:
     #: Where the time went: "start" (a fresh child's whole run, or waiting for the warm worker), "rebuild"
     #: (setting the row up in the child), "checks"; seconds.
     times: dict[str, float] = field(default_factory=dict)
+    #: The child's GoldenReport (rapid_llm.kernels.verification.report), when it sent one: its checks are this
+    #: process's checks, run on the same build, so a passing one is adopted instead of run again here.
+    verified: Any = None
 
     def times_text(self) -> str:
         """'worker warm, rebuild 0.02 s, checks 0.31 s' (what verify's notes show)."""
@@ -174,8 +179,11 @@ def _judge(name: str, result: dict[str, Any], findings: tuple[SanitizerFinding, 
         return ChildResult("crashed", f"{name} left its process's CUDA context unusable: {result['device_error']}",
                            result.get("report", ""), findings, times=times)
     status = "passed" if result["passed"] and not findings else "failed"
+    verified = None
+    if result.get("report_pickle"):
+        verified = pickle.loads(base64.b64decode(result["report_pickle"]))  # our own child's answer
     return ChildResult(status, result.get("summary", ""), result.get("report", ""), findings, result.get("golden"),
-                       times)
+                       times, verified)
 
 
 def _from_worker(name: str, job: dict[str, Any], timeout: float) -> ChildResult:

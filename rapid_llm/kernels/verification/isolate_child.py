@@ -16,7 +16,9 @@ context unusable (the parent starts a fresh one).
 """
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import sys
 import time
 from typing import Any
@@ -98,6 +100,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     t2 = time.perf_counter()
     return {"passed": report.passed, "report": str(report), "summary": str(report).splitlines()[0],
             "device_error": device_error(), "golden": report.record.to_json(),
+            "report_pickle": base64.b64encode(pickle.dumps(report)).decode(),  # the parent adopts it when it passed
             "setup_s": round(t1 - t0, 4), "checks_s": round(t2 - t1, 4)}
 
 

@@ -83,9 +83,9 @@ inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p
 
 void scale_vec(rl::Tensor out, rl::Tensor input, double factor) {
   // Step 1: validate.
-  rl::check_cuda("scale_vec", {out, input});
-  rl::check_contiguous("scale_vec", {out, input});
-  rl::check_same("scale_vec", out, input);
+  rl::check_cuda("scale", {out, input});
+  rl::check_contiguous("scale", {out, input});
+  rl::check_same("scale", out, input);
 
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = input.numel();
@@ -94,7 +94,7 @@ void scale_vec(rl::Tensor out, rl::Tensor input, double factor) {
   const int64_t max_blocks = static_cast<int64_t>(rl::sm_count()) * 4;
 
   // Step 3: launch on torch's current stream; rl::launch checks every launch.
-  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "scale_vec", [&](auto tag) {
+  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "scale", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in_p = input.data<T>();
     T* out_p = out.data<T>();
