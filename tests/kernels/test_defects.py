@@ -34,6 +34,7 @@ TRITON_DEFECTS = [
 PYTHON_DEFECTS = [
     ("scale_ignores_out", "unwritten", False),
     ("scale_skips_tail", "unwritten", False),
+    ("scale_computes_in_bf16", "precision_loss", False),
 ]
 
 

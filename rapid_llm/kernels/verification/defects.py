@@ -24,6 +24,10 @@
   two ways; a result that changes with them was computed from memory outside
   that argument, and is named ``out_of_bounds_read`` (which argument, which
   side) instead of being left as a value mismatch;
+- **precision loss**: when a case comes out wrong and nearly every wrong
+  element is within one rounding of a narrower float type (bf16 or fp16 for
+  an fp32 result), the row computed in that type: ``precision_loss`` names
+  the type and the elements, instead of a plain value mismatch;
 - **several seeds**: a row whose output does not change when its input does
   is ``input_independent``; run twice on one input it is (or is not)
   deterministic, which is reported as a property.
@@ -41,9 +45,11 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from rapid_llm.kernels.platform import dtype_name
+
 __all__ = ["DEFECT_KINDS", "Defect", "output_like", "copy_for_row", "guarded", "poison_free_memory",
            "changed_arguments", "unwritten_count", "same_bits", "snapshot", "POISON_BYTE", "CANARY_BYTE",
-           "inside_bands", "out_of_bounds_reads"]
+           "inside_bands", "out_of_bounds_reads", "precision_loss"]
 
 #: What each kind of defect means; a Defect's ``kind`` is one of these keys.
 DEFECT_KINDS = {
@@ -52,6 +58,7 @@ DEFECT_KINDS = {
     "unwritten": "output elements still hold the poison pattern: they were never written",
     "guard_band": "bytes changed next to an output: a write out of bounds",
     "out_of_bounds_read": "the result changes with the bytes next to an input: a read out of bounds",
+    "precision_loss": "the wrong elements are right to a lower precision's rounding: computed in a narrower type",
     "other_stream": "the work was not ordered on the current stream",
     "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
 }
@@ -200,6 +207,30 @@ def out_of_bounds_reads(run: Any, args: Sequence[Any]) -> list[str]:
 
 _FLOAT_OR_INT = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
                  torch.int16, torch.int8, torch.uint8}
+
+
+#: The share of a case's wrong elements that must fit a narrower type's rounding for the case to be named so.
+PRECISION_SHARE = 0.95
+
+
+def precision_loss(got: torch.Tensor, exact: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """A message when the wrong elements (``bad``, a mask) of a ``dtype`` result are, nearly all, within one
+    rounding of a narrower float type (bf16, fp16) of the exact value; None otherwise."""
+    n_bad = int(bad.sum())
+    if n_bad == 0 or not dtype.is_floating_point:
+        return None
+    g = got.reshape(-1).to(torch.float64)[bad.reshape(-1)]
+    e = exact.reshape(-1).to(g.device)[bad.reshape(-1).to(g.device)]
+    for narrow in (torch.bfloat16, torch.float16):
+        eps = torch.finfo(narrow).eps
+        if eps <= torch.finfo(dtype).eps:
+            continue
+        fits = (g - e).abs() <= eps * e.abs() + torch.finfo(narrow).tiny
+        if int(fits.sum()) >= PRECISION_SHARE * n_bad:
+            name = dtype_name(narrow)
+            return (f"{int(fits.sum())} of the {n_bad} wrong elements are within one {name} rounding of the exact "
+                    f"value: the result was computed (or stored on the way) in {name}, not {dtype_name(dtype)}")
+    return None
 
 
 def guard_band_defects(guards: list[_Guarded]) -> list[str]:

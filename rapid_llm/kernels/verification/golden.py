@@ -181,10 +181,15 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
                 defects_here.append(("other_stream", "wrong when its inputs are produced on the current stream "
                                                      "behind a delay, right when run alone: its work is not on the "
                                                      "current stream"))
-        if (bad and not any(d.kind == "out_of_bounds_read" for d in found)  # once per dtype: its first wrong case
+        if (bad and not any(d.kind in ("out_of_bounds_read", "precision_loss") for d in found)  # its first wrong case
                 and not any(kind == "other_stream" for kind, _ in defects_here)):
             reads = _defects.out_of_bounds_reads(lambda *a: call(fn, *a), args)  # the cause of the mismatch?
             defects_here += [("out_of_bounds_read", m) for m in reads]
+            if not reads and ref.compare is None and isinstance(got, torch.Tensor) and got.shape == exact.shape:
+                errors = _cmp.element_errors(got, exact.to(got.device), tdtype, ulps=1.0, magnitude=magnitude)
+                narrow = _defects.precision_loss(got, exact, errors.diff > errors.allowed, tdtype)
+                if narrow:
+                    defects_here.append(("precision_loss", narrow))
         found += [Defect(kind, dtype, label, message) for kind, message in defects_here]
         results[label] = (got, exact)
     deterministic = None
