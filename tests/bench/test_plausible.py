@@ -1,4 +1,5 @@
-"""A figure faster than a copy of the same bytes, from a working set below L2, is flagged and never recorded."""
+"""A figure faster than a copy of the same bytes is flagged and never recorded: below L2 at once, above L2 past the
+roofline's own margin (a persisting-L2 window keeps a working set larger than L2 resident through any flush)."""
 from __future__ import annotations
 
 import pytest
@@ -18,15 +19,16 @@ def _result(us: float, nbytes: int) -> BenchResult:
 @pytest.mark.parametrize("us, nbytes, flagged", [
     (0.5, 1 << 20, True),      # 2 TB/s on a 1000 GB/s roofline, 1 MiB < L2: impossible
     (2.0, 1 << 20, False),     # 524 GB/s: fine
-    (50.0, 1 << 27, False),    # above L2: the roofline itself is the only bar, and this is under it
-    (0.1, 1 << 27, False),     # above L2 the L2 cannot be what flattered it
+    (150.0, 1 << 27, False),   # above L2: 895 GB/s, under the roofline
+    (130.0, 1 << 27, False),   # 1032 GB/s: within the roofline's own 5 % margin
+    (0.1, 1 << 27, True),      # 1342 TB/s on a 1000 GB/s roofline: the llm.c persisting-L2 figure, only larger
 ])
-def test_faster_than_a_copy_below_l2_is_flagged(monkeypatch, us, nbytes, flagged):
+def test_faster_than_a_copy_is_flagged(monkeypatch, us, nbytes, flagged):
     monkeypatch.setattr(harness, "l2_bytes", lambda device=None: 50 << 20)
     why = implausible(_result(us, nbytes), CUDA)
     assert (why is not None) == flagged
     if flagged:
-        assert "less than L2" in why and "escaped the timer" in why
+        assert ("less than L2" in why or "more than L2" in why) and "escaped the timer" in why
 
 
 def test_cpu_figures_are_not_judged_against_l2():
