@@ -24,6 +24,10 @@
   two ways; a result that changes with them was computed from memory outside
   that argument, and is named ``out_of_bounds_read`` (which argument, which
   side) instead of being left as a value mismatch;
+- **deferred work**: a result that is wrong as the call returns is read again
+  once the device is idle and a moment has passed; right then, the row
+  finishes after returning (``deferred_work``: a host thread, or a stream the
+  caller does not wait on), which also lets a benchmark time nothing;
 - **precision loss**: when a case comes out wrong and nearly every wrong
   element is within one rounding of a narrower float type (bf16 or fp16 for
   an fp32 result), the row computed in that type: ``precision_loss`` names
@@ -40,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -49,7 +54,7 @@ from rapid_llm.kernels.platform import dtype_name
 
 __all__ = ["DEFECT_KINDS", "Defect", "output_like", "copy_for_row", "guarded", "poison_free_memory",
            "changed_arguments", "unwritten_count", "same_bits", "snapshot", "POISON_BYTE", "CANARY_BYTE",
-           "inside_bands", "out_of_bounds_reads", "precision_loss"]
+           "inside_bands", "out_of_bounds_reads", "precision_loss", "read_later", "DEFERRED_WAIT_S"]
 
 #: What each kind of defect means; a Defect's ``kind`` is one of these keys.
 DEFECT_KINDS = {
@@ -59,6 +64,7 @@ DEFECT_KINDS = {
     "guard_band": "bytes changed next to an output: a write out of bounds",
     "out_of_bounds_read": "the result changes with the bytes next to an input: a read out of bounds",
     "precision_loss": "the wrong elements are right to a lower precision's rounding: computed in a narrower type",
+    "deferred_work": "the result was written after the call returned (a host thread, or a stream nobody waits on)",
     "other_stream": "the work was not ordered on the current stream",
     "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
 }
@@ -207,6 +213,21 @@ def out_of_bounds_reads(run: Any, args: Sequence[Any]) -> list[str]:
 
 _FLOAT_OR_INT = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
                  torch.int16, torch.int8, torch.uint8}
+
+
+#: How long a wrong result is left before it is read again (deferred_work): far longer than any host thread or
+#: stream needs to finish a reference case.
+DEFERRED_WAIT_S = 0.2
+
+
+def read_later(got: Any, device: torch.device) -> torch.Tensor | None:
+    """``got`` (a tensor result) read again after every stream of ``device`` is idle and DEFERRED_WAIT_S passed."""
+    if not isinstance(got, torch.Tensor):
+        return None
+    time.sleep(DEFERRED_WAIT_S)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return got.clone()
 
 
 #: The share of a case's wrong elements that must fit a narrower type's rounding for the case to be named so.
