@@ -131,6 +131,42 @@ def _run_checked(call: Callable, fn: Callable, args: tuple, device: torch.device
     return got, found
 
 
+#: Causes that make a result wrong only because it was read too early: its other symptoms are not defects.
+_TIMING_CAUSES = ("other_stream", "deferred_work")
+
+
+def _causes(run: Callable, args: tuple, got: Any, exact: torch.Tensor, magnitude: torch.Tensor | None,
+            tdtype: torch.dtype, ref: Reference, device: torch.device, right: Callable[[Any], bool],
+            values_wrong: bool, defects: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The defects of a wrong case, with its cause named where a check can tell it (rapid_llm.kernels.verification.defects):
+    work on another stream or finishing after the return, then (for wrong values) a read out of bounds or a
+    narrower type. ``right(result)`` says whether a result passes the case."""
+    symptom_gone = [d for d in defects if d[0] != "unwritten"]
+    if device.type == "cuda":  # right when the device is idle, wrong on a busy stream?
+        again = run(*args)
+        torch.cuda.synchronize(device)
+        if right(again):
+            return symptom_gone + [("other_stream", "wrong when its inputs are produced on the current stream behind "
+                                                    "a delay, right when run alone: its work is not on the current "
+                                                    "stream")]
+    later = _defects.read_later(got, device)  # the same result, read again once everything has finished
+    if later is not None and right(later):
+        return symptom_gone + [("deferred_work", "wrong when read as the call returned, right once all work had "
+                                                 "finished: it writes its result after returning (a host thread, or "
+                                                 "a stream the caller does not wait on)")]
+    if not values_wrong:
+        return defects
+    reads = _defects.out_of_bounds_reads(run, args)
+    if reads:
+        return defects + [("out_of_bounds_read", m) for m in reads]
+    if ref.compare is None and isinstance(got, torch.Tensor) and got.shape == exact.shape:
+        errors = _cmp.element_errors(got, exact.to(got.device), tdtype, ulps=1.0, magnitude=magnitude)
+        narrow = _defects.precision_loss(got, exact, errors.diff > errors.allowed, tdtype)
+        if narrow:
+            return defects + [("precision_loss", narrow)]
+    return defects
+
+
 def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Callable | None, ref: Reference,
                   dtype: str, device: torch.device, sizes: Sequence[int],
                   tolerance: float | Mapping[str, float] | None) -> DtypeResult:
@@ -150,6 +186,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
     side_stream = device.type == "cuda"
     budget = _cmp.HISTOGRAM_SAMPLES // max(len(cases) + len(trials), 1)
     results: dict[str, tuple[Any, torch.Tensor]] = {}
+    causes_sought = timing_cause = False
     for label, args in cases + trials:
         if not row.takes(_spec.layout_of(a for a in args if isinstance(a, torch.Tensor))):
             # Dispatch never sends this layout to the row (a row-strided case, a contiguous-only row): check
@@ -171,38 +208,23 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
         if unwritten:
             defects_here.append(("unwritten", f"{unwritten} of {got.numel()} result elements still hold the poison "
                                               "pattern"))
-        if (bad or unwritten) and side_stream:  # right when the device is idle, wrong on a busy stream?
-            again = call(fn, *args)
-            torch.cuda.synchronize(device)
-            if _cmp.compare_case(_cmp.Accumulator(), label, again, exact, base_out, tdtype, ref, abs_tol, 1, base.name != row.name,
-                             magnitude, args) == 0 and not _defects.unwritten_count(again, exact):
-                # the cause, not its symptom: the result was read before the row's work on another stream ended
-                defects_here = [d for d in defects_here if d[0] != "unwritten"]
-                defects_here.append(("other_stream", "wrong when its inputs are produced on the current stream "
-                                                     "behind a delay, right when run alone: its work is not on the "
-                                                     "current stream"))
-        if (bad or unwritten) and not any(kind == "other_stream" for kind, _ in defects_here):
-            later = _defects.read_later(got, device)  # the same result, read again once everything has finished
-            if later is not None and _cmp.compare_case(_cmp.Accumulator(), label, later, exact, base_out, tdtype, ref,
-                                                       abs_tol, 1, base.name != row.name, magnitude, args) == 0 \
-                    and not _defects.unwritten_count(later, exact):
-                defects_here = [d for d in defects_here if d[0] != "unwritten"]
-                defects_here.append(("deferred_work", "wrong when read as the call returned, right once all work had "
-                                                      "finished: it writes its result after returning (a host thread, "
-                                                      "or a stream the caller does not wait on)"))
-        if (bad and not any(d.kind in ("out_of_bounds_read", "precision_loss") for d in found)  # its first wrong case
-                and not any(kind == "other_stream" for kind, _ in defects_here)):
-            reads = _defects.out_of_bounds_reads(lambda *a: call(fn, *a), args)  # the cause of the mismatch?
-            defects_here += [("out_of_bounds_read", m) for m in reads]
-            if not reads and ref.compare is None and isinstance(got, torch.Tensor) and got.shape == exact.shape:
-                errors = _cmp.element_errors(got, exact.to(got.device), tdtype, ulps=1.0, magnitude=magnitude)
-                narrow = _defects.precision_loss(got, exact, errors.diff > errors.allowed, tdtype)
-                if narrow:
-                    defects_here.append(("precision_loss", narrow))
+        if (bad or unwritten) and not causes_sought:  # name the cause, not only its symptom (first wrong case)
+            causes_sought = True
+
+            def right(result: Any) -> bool:
+                return _cmp.compare_case(_cmp.Accumulator(), label, result, exact, base_out, tdtype, ref, abs_tol, 1,
+                                         base.name != row.name, magnitude, args) == 0 \
+                    and not _defects.unwritten_count(result, exact)
+
+            defects_here = _causes(lambda *a: call(fn, *a), args, got, exact, magnitude, tdtype, ref, device,
+                                   right, bool(bad), defects_here)
+            timing_cause = any(kind in _TIMING_CAUSES for kind, _ in defects_here)
+        elif timing_cause:  # the same cause again: its symptom is not another defect
+            defects_here = [d for d in defects_here if d[0] != "unwritten"]
         found += [Defect(kind, dtype, label, message) for kind, message in defects_here]
         results[label] = (got, exact)
     deterministic = None
-    if acc.error is None:
+    if acc.error is None and not timing_cause:  # results read before the work ended say nothing about their input
         label = f"numel={trial_n}"
         if label in results:
             got0, exact0 = results[label]
