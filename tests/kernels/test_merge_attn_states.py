@@ -112,8 +112,9 @@ def _args():
 
 @pytest.mark.parametrize(("change", "message"), [
     (lambda a: (a[0][:, :1], *a[1:]), "output must match v_a"),
-    (lambda a: (a[0], a[1].t().contiguous(), *a[2:]), r"output_lse must be \[heads, tokens\]"),
-    (lambda a: (*a[:3], a[3].double(), *a[4:]), "lse_a must be"),
+    (lambda a: (a[0], a[1].t().contiguous(), *a[2:]),
+     r"out_lse, lse_a and lse_b must be \[heads, tokens\] = \[2, 4\] fp32, got \[4, 2\] fp32"),
+    (lambda a: (*a[:3], a[3].double(), *a[4:]), r"out_lse, lse_a and lse_b must be .* got \[2, 4\] fp64"),
     (lambda a: (*a[:4], a[4].half(), a[5]), "v_b must match v_a"),
     (lambda a: (a[0].view(4, 32), a[1], a[2].view(4, 32), *a[3:]), r"v_a must be \[tokens, heads, head_size\]"),
     (lambda a: (*a[:5], None), "lse_b must be a tensor"),

@@ -93,6 +93,14 @@ BAD_INPUTS = {  # op -> device -> (args, kwargs)
     "rms_norm": lambda d: (_weight_of_the_wrong_size(d)["rms_norm"], {}),
     "fused_add_rms_norm": lambda d: (_weight_of_the_wrong_size(d)["fused_add_rms_norm"], {}),
     "silu_and_mul": lambda d: ((torch.randn(2, 7, device=d),), {}),
+    "rotary_embedding": lambda d: ((torch.arange(4, device=d), torch.randn(4, 16, device=d),
+                                    torch.randn(4, 16, device=d), 6, torch.randn(16, 6, device=d), True), {}),
+    "scaled_fp8_quant": lambda d: ((torch.empty(4, 16, device=d, dtype=torch.float8_e4m3fn),
+                                    torch.randn(4, 16, device=d), torch.empty(4, 1, device=d, dtype=torch.float16),
+                                    False), {}),
+    "merge_attn_states": lambda d: ((torch.empty(4, 2, 8, device=d), torch.empty(2, 4, device=d),
+                                     torch.randn(4, 2, 8, device=d), torch.randn(2, 4, device=d),
+                                     torch.randn(4, 2, 8, device=d), torch.randn(2, 5, device=d)), {}),
 }
 
 

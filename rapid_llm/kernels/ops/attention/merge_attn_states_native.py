@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.platform import describe
+
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -41,10 +43,10 @@ def check_args(op: str, output: torch.Tensor, output_lse: torch.Tensor, v_a: tor
         if t.shape != v_a.shape or t.dtype != v_a.dtype:
             raise ValueError(f"{op}: {name} must match v_a ({list(v_a.shape)} {v_a.dtype}), got {list(t.shape)} "
                              f"{t.dtype}")
-    for name, t in (("output_lse", output_lse), ("lse_a", lse_a), ("lse_b", lse_b)):
-        if tuple(t.shape) != (heads, tokens) or t.dtype != torch.float32:
-            raise ValueError(f"{op}: {name} must be [heads, tokens] = [{heads}, {tokens}] float32, got "
-                             f"{list(t.shape)} {t.dtype}")
+    for t in (output_lse, lse_a, lse_b):
+        if tuple(t.shape) != (heads, tokens) or t.dtype != torch.float32:  # the CUDA launcher's words
+            raise ValueError(f"{op}: out_lse, lse_a and lse_b must be [heads, tokens] = [{heads}, {tokens}] fp32, got "
+                             f"{describe(t)}")
     devices = {t.device for _, t in named}
     if len(devices) != 1:
         raise ValueError(f"{op}: all tensors must be on one device, got {', '.join(sorted(map(str, devices)))}")

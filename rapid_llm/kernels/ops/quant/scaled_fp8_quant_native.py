@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.platform import describe
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 #: vLLM's smallest dynamic scale, 1 / (448 * 512), as fp32 computes it.
@@ -39,7 +41,7 @@ def check_args(op: str, output: torch.Tensor, x: torch.Tensor, scales: torch.Ten
     if output.dtype != FP8:
         raise ValueError(f"{op}: output must be float8_e4m3fn, got {output.dtype}")
     if scales.dtype != torch.float32:
-        raise ValueError(f"{op}: scales must be float32, got {scales.dtype}")
+        raise ValueError(f"{op}: scales must be float32, got {describe(scales)}")  # the CUDA launcher's words
     if output.shape != x.shape:
         raise ValueError(f"{op}: output must have x's shape {list(x.shape)}, got {list(output.shape)}")
     if not (output.device == x.device == scales.device):

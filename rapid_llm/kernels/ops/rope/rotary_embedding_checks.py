@@ -1,9 +1,12 @@
-"""The argument checks every Python row of rotary_embedding shares (the CUDA row's launcher repeats them in C++)."""
+"""The argument checks every Python row of rotary_embedding shares (the CUDA row's launcher repeats them in C++,
+in the same words: a bad input raises the same ValueError whichever row serves it)."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+
+from rapid_llm.kernels.platform import describe
 
 OP = "rotary_embedding"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -19,20 +22,24 @@ class RopeGeometry(NamedTuple):
     rot_dim: int
 
 
+def _shape(t: torch.Tensor) -> str:
+    return f"[{', '.join(str(n) for n in t.shape)}]"
+
+
 def _heads(name: str, t: torch.Tensor, head_size: int, tokens: int) -> int:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{OP}: {name} must be a tensor, got {type(t).__name__}")
     if t.dim() not in (2, 3):
         raise ValueError(f"{OP}: {name} must be [T, heads * head_size] or [T, heads, head_size], "
-                         f"got shape {tuple(t.shape)}")
+                         f"got {_shape(t)}")
     if t.shape[0] != tokens:
-        raise ValueError(f"{OP}: positions has {tokens} tokens but {name} has {t.shape[0]} (shape {tuple(t.shape)})")
+        raise ValueError(f"{OP}: positions has {tokens} tokens but {name} has {t.shape[0]} (shape {_shape(t)})")
     if t.dim() == 3:
         if t.shape[2] != head_size:
-            raise ValueError(f"{OP}: head_size {head_size} does not match {name}'s last dim (shape {tuple(t.shape)})")
+            raise ValueError(f"{OP}: head_size {head_size} does not match {name}'s last dim (shape {_shape(t)})")
         return t.shape[1]
     if t.shape[1] % head_size:
-        raise ValueError(f"{OP}: head_size {head_size} does not divide {name}'s last dim (shape {tuple(t.shape)})")
+        raise ValueError(f"{OP}: head_size {head_size} does not divide {name}'s last dim (shape {_shape(t)})")
     return t.shape[1] // head_size
 
 
@@ -40,24 +47,25 @@ def check_args(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_s
                cos_sin_cache: torch.Tensor, is_neox: bool) -> RopeGeometry:
     """Raise ValueError naming the op for anything a kernel would read or write wrongly."""
     if not isinstance(positions, torch.Tensor) or positions.dtype not in POSITION_DTYPES:
-        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        got = describe(positions) if isinstance(positions, torch.Tensor) else type(positions).__name__
         raise ValueError(f"{OP}: positions must be an int64 or int32 tensor, got {got}")
     if positions.dim() != 1:
-        raise ValueError(f"{OP}: positions must be 1-D [T], got shape {tuple(positions.shape)}")
+        raise ValueError(f"{OP}: positions must be 1-D [T], got {_shape(positions)}")
     if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
         raise ValueError(f"{OP}: head_size must be a positive int, got {head_size!r}")
     tokens = positions.shape[0]
     q_heads = _heads("q", q, head_size, tokens)
     k_heads = _heads("k", k, head_size, tokens)
     if q.dtype != k.dtype:
-        raise ValueError(f"{OP}: q and k dtypes differ: {q.dtype} vs {k.dtype}")
+        raise ValueError(f"{OP}: q and k dtypes differ: {describe(q)} vs {describe(k)}")
     if q.dtype not in DTYPES:
         raise ValueError(f"{OP}: dtype {q.dtype} is not supported (bf16, fp16, fp32)")
     if not isinstance(cos_sin_cache, torch.Tensor) or cos_sin_cache.dim() != 2:
-        got = tuple(cos_sin_cache.shape) if isinstance(cos_sin_cache, torch.Tensor) else type(cos_sin_cache).__name__
+        got = _shape(cos_sin_cache) if isinstance(cos_sin_cache, torch.Tensor) else type(cos_sin_cache).__name__
         raise ValueError(f"{OP}: cos_sin_cache must be [max_pos, rot_dim], got {got}")
     if cos_sin_cache.dtype not in (torch.float32, q.dtype):
-        raise ValueError(f"{OP}: cos_sin_cache must be fp32 or q's dtype {q.dtype}, got {cos_sin_cache.dtype}")
+        raise ValueError(f"{OP}: cos_sin_cache must be fp32 or q's dtype, got {describe(cos_sin_cache)} for q "
+                         f"{describe(q)}")
     rot_dim = cos_sin_cache.shape[1]
     if rot_dim <= 0 or rot_dim % 2:
         raise ValueError(f"{OP}: rot_dim (cos_sin_cache's last dim) must be a positive even number, got {rot_dim}")
