@@ -36,8 +36,11 @@ from rapid_llm.kernels.dispatch.dispatcher import resolve
 def import_other_revision(tree: Path, alias: str = "rapid_llm_prev") -> Any:
     """``rapid_llm.kernels`` of the package under ``tree``, imported as ``<alias>.kernels``.
 
-    The copy's modules name their package as ``alias`` (imports and the string references of the
-    facade alike), so the two revisions share no module, no custom-op namespace and no cache entry name.
+    The copy's modules name their package as ``alias`` wherever they name a module (``rapid_llm.`` and
+    ``import rapid_llm``, in code and in string references alike), so the two revisions share no module.
+    Other text keeps its words: the ``// rapid_llm row:`` line its shipped .cu rows are found by, and the
+    custom-op namespace (whose ops this revision defined first: the other one's stay eager, which is all a
+    per-call figure needs).
     """
     src = tree / "rapid_llm"
     if not (src / "__init__.py").is_file():
@@ -45,7 +48,7 @@ def import_other_revision(tree: Path, alias: str = "rapid_llm_prev") -> Any:
     root = Path(tempfile.mkdtemp(prefix="rapid_llm_other_"))
     dst = root / alias
     shutil.copytree(src, dst)
-    word = re.compile(r"\brapid_llm\b")
+    word = re.compile(r"\brapid_llm(?=\.)|(?<=import )rapid_llm\b|(?<=from )rapid_llm\b")
     for path in dst.rglob("*.py"):
         path.write_text(word.sub(alias, path.read_text()))
     sys.path.insert(0, str(root))
