@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DTYPE_NAMES", "dtype_name", "describe", "torch_dtype", "device_label", "size_bucket", "sm_version",
+    "DTYPE_NAMES", "dtype_name", "describe", "shape_str", "torch_dtype", "device_label", "size_bucket", "sm_version",
     "cache_dir", "project_root", "PACKAGE_DIR", "SHIPPED_CU", "RESULTS", "slug", "cuda_tool", "nvcc_path", "cuda_home", "write_atomic",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
@@ -68,6 +68,11 @@ def dtype_name(dtype: Any) -> str:
         raise ValueError(f"dtype {dtype} has no short name in rapid_llm (known: {', '.join(DTYPE_NAMES)})") from None
 
 
+def shape_str(t: Any) -> str:
+    """``[4, 8]``: a tensor's shape in messages, as a .cu launcher's ``rl::Tensor::shape_str`` spells it."""
+    return f"[{', '.join(str(s) for s in t.shape)}]"
+
+
 def describe(t: Any) -> str:
     """``[4, 8] bf16 on cuda:0``: a tensor in messages, in the words of a .cu launcher's ``rl::Tensor::describe``,
     so a Python row and a CUDA row refusing one input say the same thing."""
@@ -75,7 +80,7 @@ def describe(t: Any) -> str:
         dtype = dtype_name(t.dtype)
     except ValueError:
         dtype = str(t.dtype).replace("torch.", "")
-    return f"[{', '.join(str(s) for s in t.shape)}] {dtype} on {t.device}"
+    return f"{shape_str(t)} {dtype} on {t.device}"
 
 
 def torch_dtype(short: str) -> Any:

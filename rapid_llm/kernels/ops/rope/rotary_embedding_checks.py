@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from rapid_llm.kernels.platform import describe
+from rapid_llm.kernels.platform import describe, shape_str
 
 OP = "rotary_embedding"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -22,24 +22,20 @@ class RopeGeometry(NamedTuple):
     rot_dim: int
 
 
-def _shape(t: torch.Tensor) -> str:
-    return f"[{', '.join(str(n) for n in t.shape)}]"
-
-
 def _heads(name: str, t: torch.Tensor, head_size: int, tokens: int) -> int:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{OP}: {name} must be a tensor, got {type(t).__name__}")
     if t.dim() not in (2, 3):
         raise ValueError(f"{OP}: {name} must be [T, heads * head_size] or [T, heads, head_size], "
-                         f"got {_shape(t)}")
+                         f"got {shape_str(t)}")
     if t.shape[0] != tokens:
-        raise ValueError(f"{OP}: positions has {tokens} tokens but {name} has {t.shape[0]} (shape {_shape(t)})")
+        raise ValueError(f"{OP}: positions has {tokens} tokens but {name} has {t.shape[0]} (shape {shape_str(t)})")
     if t.dim() == 3:
         if t.shape[2] != head_size:
-            raise ValueError(f"{OP}: head_size {head_size} does not match {name}'s last dim (shape {_shape(t)})")
+            raise ValueError(f"{OP}: head_size {head_size} does not match {name}'s last dim (shape {shape_str(t)})")
         return t.shape[1]
     if t.shape[1] % head_size:
-        raise ValueError(f"{OP}: head_size {head_size} does not divide {name}'s last dim (shape {_shape(t)})")
+        raise ValueError(f"{OP}: head_size {head_size} does not divide {name}'s last dim (shape {shape_str(t)})")
     return t.shape[1] // head_size
 
 
@@ -50,7 +46,7 @@ def check_args(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_s
         got = describe(positions) if isinstance(positions, torch.Tensor) else type(positions).__name__
         raise ValueError(f"{OP}: positions must be an int64 or int32 tensor, got {got}")
     if positions.dim() != 1:
-        raise ValueError(f"{OP}: positions must be 1-D [T], got {_shape(positions)}")
+        raise ValueError(f"{OP}: positions must be 1-D [T], got {shape_str(positions)}")
     if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
         raise ValueError(f"{OP}: head_size must be a positive int, got {head_size!r}")
     tokens = positions.shape[0]
@@ -61,7 +57,7 @@ def check_args(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_s
     if q.dtype not in DTYPES:
         raise ValueError(f"{OP}: dtype {q.dtype} is not supported (bf16, fp16, fp32)")
     if not isinstance(cos_sin_cache, torch.Tensor) or cos_sin_cache.dim() != 2:
-        got = _shape(cos_sin_cache) if isinstance(cos_sin_cache, torch.Tensor) else type(cos_sin_cache).__name__
+        got = shape_str(cos_sin_cache) if isinstance(cos_sin_cache, torch.Tensor) else type(cos_sin_cache).__name__
         raise ValueError(f"{OP}: cos_sin_cache must be [max_pos, rot_dim], got {got}")
     if cos_sin_cache.dtype not in (torch.float32, q.dtype):
         raise ValueError(f"{OP}: cos_sin_cache must be fp32 or q's dtype, got {describe(cos_sin_cache)} for q "
