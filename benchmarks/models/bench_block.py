@@ -15,6 +15,11 @@ whose CUDA-graph trees capture and replay by themselves. Prefill counts are time
 of the layer input and the residual (the layer writes both in place), in every arm alike. The weights
 (436 MiB) are far past L2, so no extra cold-L2 rotation is needed. Timing is the project's harness
 (rapid_llm.bench.bench: CUDA events, warm-up, median).
+
+The headline comparison, K compiled against native compiled, is also taken in interleaved pairs
+(``--pairs``: A B / B A rounds of a few calls each, through the same harness) and summarised by
+rapid_llm.bench.paired_stats: the ratio with its 95 % interval and a verdict, so "as fast as" means
+"not slower at 95 % confidence", not two medians from different minutes.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from rapid_llm.bench import bench
+from rapid_llm.bench import bench, paired_stats
 from rapid_llm.kernels import platform
 from rapid_llm.models.llama import LLAMA3_8B, LlamaLayer, native_ops
 
@@ -88,7 +93,7 @@ def graph_breaks(layer: torch.nn.Module, tokens: int, dtype: torch.dtype, device
 
 def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch.device,
         arms: dict[str, Callable[..., Any]], repeats: int,
-        self_graphed: dict[str, Callable[..., Any]] | None = None) -> list[dict[str, Any]]:
+        self_graphed: dict[str, Callable[..., Any]] | None = None, pairs: int = 0) -> list[dict[str, Any]]:
     """Time every arm at every token count; ``self_graphed`` arms replay their own graphs (no manual capture)."""
     rows = []
     for t in tokens:
@@ -97,9 +102,12 @@ def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch
         row: dict[str, Any] = {"tokens": t, "graph": graph}
         timed = [(arm, layer, graph, True) for arm, layer in arms.items()]
         timed += [(arm, layer, False, False) for arm, layer in (self_graphed or {}).items()]
+        calls: dict[str, tuple[Callable[..., Any], bool]] = {}
         for arm, layer, manual, copies in timed:
             def call(positions, x, residual, layer=layer, copies=copies):
                 return layer(positions, x.clone(), residual.clone()) if copies else layer(positions, x, residual)
+
+            calls[arm] = (call, manual)
 
             for _ in range(3):  # reduce-overhead records its graph on the calls after the first
                 out, res = call(positions, x, residual)
@@ -110,6 +118,9 @@ def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch
             result = bench(call, positions, x, residual, cold_l2=False, graph=manual, repeats=repeats,
                            label=f"{arm} T={t}")
             row[arm] = {"median_us": result.median_us, "max_abs_diff_vs_native_eager": diff, "scale": scale}
+        if pairs:
+            row["paired"] = paired(calls, "native compiled", "K compiled", (positions, x, residual), pairs,
+                                   repeats=max(3, repeats // 10), label=f"T={t}")
         rows.append(row)
         cells = "  ".join(f"{a}: {row[a]['median_us']:9.1f} us" for a, *_ in timed)
         ratios = f"{row['native compiled']['median_us'] / row['K compiled']['median_us']:.2f}x"
@@ -118,7 +129,23 @@ def run(tokens: Sequence[int], *, graph: bool, dtype: torch.dtype, device: torch
             ratios += f", reduce-overhead {native_ro / ours_ro:.2f}x"
         print(f"T={t:6d} {'graph' if graph else 'eager'}  {cells}  |  K compiled over native compiled: {ratios}",
               flush=True)
+        if pairs:
+            print(f"         paired, K compiled (B) against native compiled (A): {row['paired']['summary']}", flush=True)
     return rows
+
+
+def paired(calls: dict[str, tuple[Callable[..., Any], bool]], a: str, b: str, args: tuple, pairs: int, *,
+           repeats: int, label: str) -> dict[str, Any]:
+    """B against A in interleaved rounds (A B, then B A), each a median of ``repeats`` calls; the paired estimate."""
+    times: dict[str, list[float]] = {a: [], b: []}
+    for i in range(pairs):
+        for arm in ((a, b) if i % 2 == 0 else (b, a)):
+            fn, manual = calls[arm]
+            times[arm].append(bench(fn, *args, cold_l2=False, graph=manual, warmup=1, repeats=repeats,
+                                    label=f"{arm} {label} pair {i}").median_us)
+    est = paired_stats.estimate(times[a], times[b])
+    return {"ratio_b_over_a": est.ratio, "ci95": [est.low, est.high], "pairs": est.pairs,
+            "verdict": est.verdict, "summary": est.summary()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--decode", type=int, nargs="*", default=[1, 2, 4, 8, 16])
     parser.add_argument("--prefill", type=int, nargs="*", default=[4096, 16384])
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--pairs", type=int, default=20,
+                        help="interleaved rounds for K compiled against native compiled (0: none)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON (benchmarks/results/models/...)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -143,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"torch._dynamo.explain of the {arm.split()[0]} layer at T=16: "
               f"{graph_breaks(arms[arm], 16, dtype, device)}", flush=True)
     rows = run(args.decode, graph=True, dtype=dtype, device=device, arms=arms, repeats=args.repeats,
-               self_graphed=make_reduce_overhead_arms(dtype, device))
+               self_graphed=make_reduce_overhead_arms(dtype, device), pairs=args.pairs)
     if args.prefill:
         # Fresh compiles for prefill: a dynamic graph first traced at a decode size keeps the kernels Inductor
         # chose for that size hint (its GEMM and attention configs for a handful of rows), which at T=4096
@@ -151,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch._dynamo.reset()
         arms = make_arms(dtype, device)
         rows += run(args.prefill, graph=False, dtype=dtype, device=device, arms=arms,
-                    repeats=max(5, args.repeats // 5))
+                    repeats=max(5, args.repeats // 5), pairs=args.pairs)
     print(f"(whole run {time.perf_counter() - started:.0f} s, compiles included)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     "BenchResult": ("rapid_llm.bench.harness", "BenchResult"),
+    "BenchRefused": ("rapid_llm.bench.integrity", "BenchRefused"),
     "bench": ("rapid_llm.bench.harness", "bench"),
     "bench_stateful": ("rapid_llm.bench.harness", "bench_stateful"),
     "bench_host": ("rapid_llm.bench.harness", "bench_host"),

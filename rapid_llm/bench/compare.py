@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from rapid_llm.bench import paired_stats, row_versions
 from rapid_llm.bench.build_diff import BuildDiff
 from rapid_llm.bench.harness import bench, bench_host
-from rapid_llm.bench.ops import HOST_TIMED_BELOW_US, make_args
+from rapid_llm.bench.ops import HOST_TIMED_BELOW_US, floor_call, make_args
 from rapid_llm.bench.paired_stats import PairedEstimate
 from rapid_llm.bench.row_versions import RowVersion, VersionError
 from rapid_llm.kernels import platform
@@ -323,9 +323,11 @@ def _time_shape(op: str, va: RowVersion, vb: RowVersion, dtype: str, numel: int,
     for fn in fns.values():  # built, compiled and loaded before any sample
         fn(*case.args, **case.kwargs)
 
+    floor = floor_call(op)
+
     def sample(side: str) -> Any:
         return bench(fns[side], *case.args, warmup=warmup, repeats=repeats, roofline=False, label=side,
-                     **case.kwargs)
+                     reference=floor, **case.kwargs)
 
     a_us: list[float] = []
     b_us: list[float] = []

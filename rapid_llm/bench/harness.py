@@ -25,9 +25,12 @@ from typing import Any, Callable
 
 import torch
 
+from rapid_llm.bench import l2_persist
+from rapid_llm.bench.integrity import BenchRefused, Guard
 from rapid_llm.kernels.platform import device_label
 
 __all__ = [
+    "BenchRefused",
     "copy_roofline",
     "BenchResult",
     "bench",
@@ -217,32 +220,49 @@ def _check_counts(name: str, warmup: int, repeats: int) -> None:
 # ------------------------------------------------------------------- timing
 
 
-def _hold_gpu(repeats: int) -> None:
+def _hold_gpu(repeats: int, per_call_us: float = _QUEUE_US_PER_CALL) -> None:
     """Keep the stream busy while the host queues ``repeats`` timed calls."""
-    hold_us = min(_MAX_HOLD_US, repeats * _QUEUE_US_PER_CALL)
+    hold_us = min(_MAX_HOLD_US, repeats * per_call_us)
     if hasattr(torch.cuda, "_sleep"):
         torch.cuda._sleep(int(hold_us * 2000))  # ~2 GHz: slightly long is harmless, short only re-exposes gaps
 
 
 def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
-                  reset: Callable[[int], Any] | None, device: torch.device) -> list[float]:
+                  reset: Callable[[int], Any] | None, device: torch.device, guard: Guard | None = None) -> list[float]:
     with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        l2_persist.cap(stream)
+        if guard is not None:
+            warmup = guard.warmup
+            guard.start()
         for i in range(warmup):
             if reset is not None:
                 reset(i % n_sets)
-            call(i % n_sets)
+            if guard is not None:
+                guard.before(i)
+            result = call(i % n_sets)
+            if guard is not None:
+                guard.after(i, result)
         torch.cuda.synchronize()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        _hold_gpu(repeats)
+        per_call_us = _QUEUE_US_PER_CALL * (4 if guard is not None else 1)  # the refresh is queued between calls
+        chunk = max(1, int(_MAX_HOLD_US // per_call_us))
         for r in range(repeats):
+            if r % chunk == 0:
+                _hold_gpu(min(chunk, repeats - r), per_call_us)
             k = (warmup + r) % n_sets
             if reset is not None:
                 reset(k)
+            if guard is not None:
+                guard.before(warmup + r)
             starts[r].record()
-            call(k)
+            result = call(k)
             ends[r].record()
+            if guard is not None:
+                guard.after(warmup + r, result)
         torch.cuda.synchronize()
+        _refuse_persisting(stream)
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
@@ -251,6 +271,8 @@ def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats
     """Replay a graph of one call per argument set; per-call time is replay time / calls."""
     calls = max(n_sets, 8)
     with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        l2_persist.cap(stream)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # capture needs the code path warmed outside the graph
@@ -272,29 +294,79 @@ def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats
             graph.replay()
             ends[r].record()
         torch.cuda.synchronize()
+        _refuse_persisting(stream)
         return [s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)]
 
 
-def _cpu_samples(call: Callable[[], Any], warmup: int, repeats: int, reset: Callable[[], Any] | None) -> list[float]:
-    for _ in range(warmup):
+def _refuse_persisting(stream: int) -> None:
+    """Raise BenchRefused when the timed calls left persisting L2 set (rapid_llm.bench.l2_persist); cap it again."""
+    left = l2_persist.state(stream)
+    l2_persist.cap(stream)
+    if left is not None and left.persisting:
+        raise BenchRefused("persisting_l2", "", f"after the timed calls the context had {left.describe()}")
+
+
+def _cpu_samples(call: Callable[[int], Any], warmup: int, repeats: int, reset: Callable[[], Any] | None,
+                 guard: Guard | None = None) -> list[float]:
+    if guard is not None:
+        warmup = guard.warmup
+        guard.start()
+    for i in range(warmup):
         if reset is not None:
             reset()
-        call()
+        if guard is not None:
+            guard.before(i)
+        result = call(i % 2)
+        if guard is not None:
+            guard.after(i, result)
     inner = 1
-    if reset is None:  # batch fast calls so each sample is long against the clock's resolution
+    if reset is None and guard is None:  # batch fast calls so each sample is long against the clock's resolution
         t0 = time.perf_counter_ns()
-        call()
+        call(0)
         one = max(time.perf_counter_ns() - t0, 1)
         inner = max(1, min(10_000, _CPU_SAMPLE_NS // one))
     samples = []
-    for _ in range(repeats):
+    for r in range(repeats):
         if reset is not None:
             reset()
+        if guard is not None:  # one call per sample: each on new content
+            guard.before(warmup + r)
+            t0 = time.perf_counter_ns()
+            result = call((warmup + r) % 2)
+            samples.append((time.perf_counter_ns() - t0) / 1e3)
+            guard.after(warmup + r, result)
+            continue
         t0 = time.perf_counter_ns()
         for _ in range(inner):
-            call()
+            call(0)
         samples.append((time.perf_counter_ns() - t0) / inner / 1e3)
     return samples
+
+
+def _cuda_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+    """One call from a cold L2 (a scratch buffer of twice its size written first), timed by events."""
+    scratch: list[torch.Tensor] = []  # made on first use: the probe runs once per row and shapes
+
+    def time_call(fn: Callable[[], Any]) -> float:
+        if not scratch:
+            scratch.append(torch.empty(2 * l2_bytes(device) // 4 + 1, dtype=torch.float32, device=device))
+        scratch[0].fill_(1.0)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        _hold_gpu(1)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) * 1e3
+
+    return time_call
+
+
+def _cpu_timer(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / 1e3
 
 
 def _roofline(device: torch.device, bytes_moved: int | None, roofline: bool) -> float | None:
@@ -306,20 +378,31 @@ def _roofline(device: torch.device, bytes_moved: int | None, roofline: bool) -> 
 
 def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset: Callable[..., Any] | None,
          bytes_moved: int | None, flops: int | None, cold_l2: bool, graph: bool, warmup: int, repeats: int,
-         roofline: bool, label: str) -> BenchResult:
+         roofline: bool, label: str, integrity: bool = False,
+         reference: Callable[..., Any] | None = None) -> BenchResult:
     _check_counts(name, warmup, repeats)
     if not callable(fn):
         raise TypeError(f"{name}: fn must be callable, got {type(fn).__name__}")
     device = device_of(args, kwargs)
     meta = dict(device=device_label(device), bytes_moved=bytes_moved, flops=flops, label=label)
+    guarded = integrity and reset is None and not graph
     if device.type != "cuda":
         if graph:
             raise ValueError(f"{name}: graph=True needs CUDA tensors; these arguments are on CPU")
-        samples = _cpu_samples(lambda: fn(*args, **kwargs), warmup, repeats,
-                               None if reset is None else (lambda: reset(*args, **kwargs)))
+        if reset is not None:
+            samples = _cpu_samples(lambda k: fn(*args, **kwargs), warmup, repeats, lambda: reset(*args, **kwargs))
+        else:
+            sets = [(args, kwargs)] + ([_clone_set(args, kwargs)] if guarded else [])
+            guard = Guard(sets, warmup, repeats, device, _clone_set) if guarded else None
+            samples = _cpu_samples(lambda k: fn(*sets[k % len(sets)][0], **sets[k % len(sets)][1]), warmup, repeats,
+                                   None, guard)
+            if guard is not None:
+                _judge(guard, fn, reference, _cpu_timer, label)
         return _summarise(samples, kind="cpu", roofline_gbps=_roofline(device, bytes_moved, roofline), **meta)
 
     n_sets = rotation_sets(_set_bytes(args, kwargs), l2_bytes(device)) if cold_l2 else 1
+    if guarded:
+        n_sets = max(n_sets, 2)  # one set gets new content while another is timed
     sets = [(args, kwargs)] + [_clone_set(args, kwargs) for _ in range(n_sets - 1)]
 
     def call(k: int) -> Any:
@@ -327,18 +410,35 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
         return fn(*a, **kw)
 
     reset_k = None if reset is None else (lambda k: reset(*sets[k][0], **sets[k][1]))
-    if graph:
-        samples = _graph_samples(call, n_sets, warmup, repeats, device)
-    else:
-        samples = _cuda_samples(call, n_sets, warmup, repeats, reset_k, device)
-    del sets
+    try:
+        if graph:
+            samples = _graph_samples(call, n_sets, warmup, repeats, device)
+        else:
+            guard = Guard(sets, warmup, repeats, device, _clone_set) if guarded else None
+            samples = _cuda_samples(call, n_sets, warmup, repeats, reset_k, device, guard)
+            if guard is not None:
+                _judge(guard, fn, reference, _cuda_timer(device), label)
+    except BenchRefused as exc:
+        if exc.label or not label:
+            raise
+        raise BenchRefused(exc.kind, label, exc.detail) from None
+    finally:
+        del sets
     return _summarise(samples, kind="cuda", roofline_gbps=_roofline(device, bytes_moved, roofline),
                       cold_l2=cold_l2, rotation_sets=n_sets, graph=graph, **meta)
 
 
+def _judge(guard: Guard, fn: Callable[..., Any], reference: Callable[..., Any] | None,
+           time_call: Callable[[Callable[[], Any]], float], label: str) -> None:
+    """The checked calls, then the memo probe (rapid_llm.bench.integrity); raises BenchRefused."""
+    guard.check(fn, label, reference)
+    guard.probe(fn, time_call, label)
+
+
 def bench(fn: Callable[..., Any], *args: Any, bytes_moved: int | None = None, flops: int | None = None,
           cold_l2: bool = True, graph: bool = False, warmup: int = DEFAULT_WARMUP,
-          repeats: int = DEFAULT_REPEATS, roofline: bool = True, label: str = "", **kwargs: Any) -> BenchResult:
+          repeats: int = DEFAULT_REPEATS, roofline: bool = True, label: str = "", integrity: bool = True,
+          reference: Callable[..., Any] | None = None, **kwargs: Any) -> BenchResult:
     """Time ``fn(*args, **kwargs)``; per-call median and 20/80th percentiles.
 
     Give ``bytes_moved`` (bytes read plus written) for GB/s and the fraction
@@ -351,9 +451,17 @@ def bench(fn: Callable[..., Any], *args: Any, bytes_moved: int | None = None, fl
     ``fn`` launches on another stream is not in the figure (``verify`` names
     such a row, ``other_stream``). Cold L2 rotates argument sets larger than
     L2 together, in graph mode too (the graph replays calls over every set).
+
+    ``integrity`` (outside graph mode) gives every call new content, checks
+    a few timed calls' results and probes for a memo
+    (rapid_llm.bench.integrity); a persisting-L2 carve-out is always capped
+    and checked. A row caught raises :class:`BenchRefused` and gives no figure.
+    ``reference`` (the op's floor row, say) is what the checked calls are
+    compared with; without it, an untimed call of ``fn`` itself.
     """
     return _run("bench", fn, args, kwargs, reset=None, bytes_moved=bytes_moved, flops=flops, cold_l2=cold_l2,
-                graph=graph, warmup=warmup, repeats=repeats, roofline=roofline, label=label)
+                graph=graph, warmup=warmup, repeats=repeats, roofline=roofline, label=label, integrity=integrity,
+                reference=reference)
 
 
 def bench_stateful(fn: Callable[..., Any], reset: Callable[..., Any], *args: Any, bytes_moved: int | None = None,
@@ -436,7 +544,7 @@ def copy_roofline(device: torch.device | str | None = None) -> float:
             repeats = 5
         src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
         dst = torch.empty_like(src)
-        result = bench(_copy, dst, src, bytes_moved=2 * nbytes, roofline=False, cold_l2=False,
+        result = bench(_copy, dst, src, bytes_moved=2 * nbytes, roofline=False, cold_l2=False, integrity=False,
                        warmup=3, repeats=repeats, label=f"copy roofline, {device_label(device)}")
         del src, dst
         _cache[key] = float(result.gbps)

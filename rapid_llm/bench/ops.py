@@ -16,7 +16,7 @@ from rapid_llm.kernels.dispatch.dispatcher import explain
 from rapid_llm.kernels.registry.opdecl import CaseArgs
 from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, rows_for
 
-__all__ = ["OpMeasurement", "bench_op", "eligible_rows", "stored_figures", "make_args", "write_results"]
+__all__ = ["OpMeasurement", "bench_op", "floor_call", "eligible_rows", "stored_figures", "make_args", "write_results"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ def make_args(op: str, numel: int, dtype: torch.dtype, device: torch.device | st
     except RegistryError as exc:
         raise ValueError(f"bench_op: {exc}") from None
     return make(int(numel), dtype, torch.device(device))
+
+
+def floor_call(op: str) -> Any:
+    """The op's native floor row, as bench's ``reference``: what a timed call's result is checked against."""
+    return next(r for r in rows_for(op) if r.is_native).call_path()
 
 
 def eligible_rows(op: str, dtype: str, device: torch.device, numel: int) -> dict[str, str | None]:
@@ -89,7 +94,7 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
             for row in chosen:
                 fn = get_row(row).call_path()
                 result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
-                               warmup=warmup, repeats=repeats, label=row, **case.kwargs)
+                               warmup=warmup, repeats=repeats, label=row, reference=floor_call(op), **case.kwargs)
                 host = _host_us(fn, case, result)
                 flag = implausible(result, device)
                 out.append(OpMeasurement(op, row, dtype, numel, result, host, flag))

@@ -1,7 +1,13 @@
-"""Each cheat kernel of tests/kernels/cheats/ is caught with its named verdict, on CPU; the fixed rows raise none."""
+"""Each cheat kernel of tests/kernels/cheats/ is caught with its named verdict (by verify or by bench), on CPU
+where it runs there; no shipped row draws a verdict."""
 from __future__ import annotations
 
 import pytest
+import torch
+
+from rapid_llm.bench import BenchRefused, bench
+from rapid_llm.bench.integrity import REFUSALS
+from tests.kernels.cheats import cheat_rows
 
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
@@ -42,3 +48,54 @@ def test_no_cheat_verdict_on_the_shipped_rows(seed_offset, monkeypatch):
                 continue
             report = verify(row.name, device="cpu", record=False, sizes=(1, 4097))
             assert report.passed and report.defects == (), str(report)
+
+
+#: Cheats the harness catches while timing: (row function, refusal, device).
+BENCH_CHEATS = [("scale_memo_by_pointer", "timed_output_wrong", "cpu"),
+                ("scale_memo_by_content", "content_memo", "cpu"),
+                ("scale_after_warmup", "timed_output_wrong", "cpu"),
+                ("scale_cached_reference", "timed_output_wrong", "cpu"),
+                ("scale_with_persisting_l2", "persisting_l2", "cuda")]
+
+
+def _floor(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.mul(input, factor, out=out) if out is not None else input * factor
+
+
+@pytest.mark.parametrize("fn, kind, device", [pytest.param(*c, marks=[pytest.mark.gpu] if c[2] == "cuda" else [])
+                                              for c in BENCH_CHEATS], ids=[c[0] for c in BENCH_CHEATS])
+def test_bench_refuses_the_cheat_by_name(fn, kind, device):
+    assert kind in REFUSALS
+    x = torch.randn(1 << 16, device=device)
+    with pytest.raises(BenchRefused) as caught:
+        bench(getattr(cheat_rows, fn), x, 2.0, reference=_floor, label=fn)
+    assert caught.value.kind == kind, str(caught.value)
+    assert fn in str(caught.value) and kind in str(caught.value)
+
+
+def test_bench_without_a_reference_still_catches_a_pointer_memo():
+    x = torch.randn(4097)
+    with pytest.raises(BenchRefused) as caught:
+        bench(cheat_rows.scale_memo_by_pointer, x, 3.0)
+    assert caught.value.kind == "timed_output_wrong"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_bench_verdict_on_the_shipped_rows(seed):
+    """0 false refusals: every shipped row that runs here is timed with fresh content, checked calls and the
+    memo probe, three times over (the draws of checked calls and content are random each time)."""
+    from rapid_llm.bench.ops import floor_call, make_args
+    from rapid_llm.bench.integrity import _PROBED
+
+    _PROBED.clear()  # probe again on every pass
+    for op in spec.all_ops():
+        for row in spec.rows_for(op):
+            if "cpu" not in row.devices or not row.probe("cpu"):
+                continue
+            for dtype in ("fp32", "bf16"):
+                if dtype not in row.dtypes:
+                    continue
+                case = make_args(op, 4097 + seed, getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[dtype]),
+                                 "cpu")
+                bench(row.call_path(), *case.args, warmup=2, repeats=5, reference=floor_call(op), label=row.name,
+                      **case.kwargs)

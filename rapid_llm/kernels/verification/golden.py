@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 import zlib
 from typing import Any, Callable, Mapping, Sequence
 
@@ -271,7 +272,7 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     ref = get_reference(row.op)
     dev = _pick_device(row, device)
     base = _baseline(row)
-    findings, notes = (), []
+    findings, notes, adopted = (), [], None
     if sanitize or isolate or (dev.type == "cuda" and _should_isolate(row, isolate)):
         from rapid_llm.kernels.verification import isolate as _isolate
 
@@ -298,18 +299,22 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
                     return _not_run(row, base, dev, dtypes, first.message)
                 notes.append(f"first run in a child process: {first.status} ({first.times_text()})")
                 _ISOLATED.add(_isolation_key(row))
-                adopted = first.verified
-                if (first.status == "passed" and adopted is not None and tolerance is None and not sanitize
-                        and adopted.device == str(dev)):  # the same checks on the same build: not run twice
-                    notes.append("checks: the child's (the same build, dtypes and sizes), not run again here")
-                    return _finish(row, dataclasses.replace(adopted, notes=tuple(notes)), record)
+                if (first.status == "passed" and first.verified is not None and tolerance is None
+                        and first.verified.device == str(dev)):  # the same checks on the same build: not run twice
+                    adopted = first.verified
             if sanitize:
                 tools = _isolate.SANITIZER_TOOLS if sanitize is True else tuple(sanitize)
+                started = time.perf_counter()
                 runs = _isolate.sanitize(job, tools, dtypes=dtypes[:1] if dtypes else row.dtypes[:1])
                 findings = tuple(f for r in runs.values() for f in r.findings)
                 notes.append("compute-sanitizer: " + "; ".join(
                     f"{tool} {r.status}" + (f" ({r.message})" if r.status in ("unavailable", "crashed", "hung") else "")
-                    for tool, r in runs.items()))
+                    for tool, r in runs.items()) + f" ({time.perf_counter() - started:.2f} s)")
+            if adopted is not None:
+                notes.append("checks: the child's (the same build, dtypes and sizes), not run again here")
+                record_ = dataclasses.replace(adopted.record, verified=adopted.passed and not findings)
+                return _finish(row, dataclasses.replace(adopted, record=record_, findings=findings,
+                                                        notes=tuple(notes)), record)
     fn = row.load()
     base_fn = base.load()  # for the floor itself: a second run, so the record checks determinism
     if dtypes is None:
@@ -324,7 +329,7 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
         _verify_dtype(row, fn, base, base_fn if d in base.dtypes else None, ref, d, dev, sizes, tolerance)
         for d in dtypes
     )
-    passed = all(r.passed for r in results)
+    passed = all(r.passed for r in results) and not findings  # what GoldenReport.passed says
     per_dtype = tuple((r.dtype, r.recorded_diff) for r in results)
     golden = GoldenRecord(verified=passed, max_abs_diff=max(d for _, d in per_dtype), baseline=base.name,
                           per_dtype=per_dtype)

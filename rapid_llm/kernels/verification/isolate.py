@@ -21,6 +21,7 @@ The child is ``python -m rapid_llm.kernels.verification.isolate_child '<recipe j
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import pickle
@@ -133,6 +134,28 @@ def sanitizer_path() -> str | None:
     return cuda_tool("compute-sanitizer")
 
 
+#: torch's own kernels (at::native, mangled "at6native"): the checks' fills, copies and comparisons, not the row.
+TORCH_KERNELS = "at6native"
+
+
+def _kernel_filter(sanitizer: str) -> list[str]:
+    """Leave torch's kernels uninstrumented: the row's kernels are what is checked, and patching every kernel
+    the checks launch is most of a sanitizer run's time. ``RAPID_LLM_SANITIZE_ALL_KERNELS=1`` checks them all;
+    a compute-sanitizer without ``--kernel-name-exclude`` checks them all too."""
+    if os.environ.get("RAPID_LLM_SANITIZE_ALL_KERNELS", "0") == "1" or not _can_exclude_kernels(sanitizer):
+        return []
+    return ["--kernel-name-exclude", f"kns={TORCH_KERNELS}"]
+
+
+@functools.lru_cache(maxsize=None)
+def _can_exclude_kernels(sanitizer: str) -> bool:
+    try:
+        helptext = subprocess.run([sanitizer, "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--kernel-name-exclude" in helptext
+
+
 def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
               tool: str | None = None, timeout: float = TIMEOUT_S) -> ChildResult:
     """Run ``verify`` of the recipe's row in a child Python (under compute-sanitizer ``tool`` if given)."""
@@ -148,7 +171,7 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
             return ChildResult("unavailable", "compute-sanitizer is not installed here (it ships with the CUDA "
                                               "toolkit, beside nvcc): the sanitizer checks did not run")
         cmd = [sanitizer, "--tool", tool, "--print-limit", "20", "--show-backtrace", "no"] + \
-              (["--racecheck-report", "all"] if tool == "racecheck" else []) + cmd
+              (["--racecheck-report", "all"] if tool == "racecheck" else []) + _kernel_filter(sanitizer) + cmd
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # a write past a tensor inside a cached block is seen
         env["RAPID_LLM_GUARD_BANDS"] = "0"  # and not absorbed by a guard band
     try:

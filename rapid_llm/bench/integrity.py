@@ -1,0 +1,212 @@
+"""What keeps a timed call honest beyond the timer: new content every call, checked results, a memo probe.
+
+Published reward hacks (wafer.ai's field guide, Makora's list, GPU MODE's pygpubench and
+reference-kernels) beat a timer without touching it: the kernel remembers (outputs by content, by
+pointer, a result cached from an earlier call), or behaves differently once it has been called a few
+times (warm-up detection). The harness answers each while it times (rapid_llm.bench.harness):
+
+* **new content for every call**, warm-up calls included: each argument set's floating tensors are
+  rewritten from a pristine copy times a random factor in [0.5, 1.5) per element (signs, zeros, inf and
+  NaN kept, so the op's input contract holds; integer tensors such as positions are left alone). The
+  rewrite happens half a rotation ahead of the set's use, so it has left L2 by the time the set is timed;
+* **checked calls**: a few timed calls, drawn at random (the kernel cannot know which), keep copies of
+  their inputs and results; afterwards each is compared with the op's floor row (``bench(...,
+  reference=)``; bench_op and compare pass it) or else an untimed call of the row itself, on the same
+  content at new addresses. A pointer memo, a result cached from another call, or work skipped once
+  warm-up is over returns something else there: ``timed_output_wrong``;
+* **a memo probe**: a few calls on content the row has already seen (at new addresses) against calls
+  on new content, each from a cold L2. A row that is twice as fast on content it has seen remembers
+  instead of computing: ``content_memo``;
+* the warm-up count varies at random, so counting calls does not find the timed ones.
+
+The persisting-L2 cap is rapid_llm.bench.l2_persist's (``persisting_l2``). Each refusal raises
+:class:`BenchRefused`, and no figure comes back. ``bench(..., integrity=False)`` times without
+these (a CUDA graph replays fixed addresses and content, so graph timing never has them).
+"""
+from __future__ import annotations
+
+import random
+import statistics
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["BenchRefused", "REFUSALS", "Guard", "CHECKED_CALLS", "PROBE_CALLS", "MEMO_RATIO", "compare"]
+
+#: Each refusal's name and what it means.
+REFUSALS = {
+    "timed_output_wrong": "a timed call's result differs from the reference's on the same content at new "
+                          "addresses: the row remembers by pointer, returns a result cached from another call, "
+                          "or skips work once warm-up is over",
+    "content_memo": "calls on content the row has already seen are much faster than on new content: the row "
+                    "remembers results instead of computing them",
+    "persisting_l2": "the row set a persisting-L2 carve-out or access-policy window, which keeps its data in L2 "
+                     "through any flush or rotation",
+}
+#: Timed calls whose results are checked (drawn at random among the timed calls).
+CHECKED_CALLS = 2
+#: Calls of each kind in the memo probe.
+PROBE_CALLS = 5
+#: Seen content this much faster than new content (medians) means a memo.
+MEMO_RATIO = 0.5
+#: A result agrees when within this fraction of its own largest finite magnitude (or relatively): far
+#: above any rounding or reduction-order difference, far below what other content gives.
+AGREE = 0.05
+#: Extra warm-up calls, drawn at random up to this many.
+WARMUP_JITTER = 4
+_SPREAD = (0.5, 1.5)
+#: (callable id, argument shapes) the memo probe passed in this process.
+_PROBED: dict[tuple, Any] = {}
+
+
+class BenchRefused(RuntimeError):
+    """The harness will not give a figure for this call: ``kind`` is one of :data:`REFUSALS`."""
+
+    def __init__(self, kind: str, label: str, detail: str) -> None:
+        self.kind, self.label, self.detail = kind, label, detail
+        super().__init__(f"bench refused {label or 'the call'}: {kind}: {detail} ({REFUSALS[kind]})")
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    seen: dict[int, torch.Tensor] = {}
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            seen.setdefault(id(a), a)
+    return list(seen.values())
+
+
+def _refreshable(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors that get new content: floating inputs (an ``out=`` buffer is overwritten anyway)."""
+    out = kwargs.get("out")
+    return [t for t in _tensors(args, kwargs) if t.is_floating_point() and t is not out and t.numel()]
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copy(v) for v in value)
+    return value
+
+
+def compare(got: Any, want: Any, where: str = "result") -> str | None:
+    """Why ``got`` is not ``want`` (tensors, tuples of them, None), or None when they agree."""
+    if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)):
+        if len(got) != len(want):
+            return f"{where}: {len(got)} values, expected {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            why = compare(g, w, f"{where}[{i}]")
+            if why:
+                return why
+        return None
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+        return None if (got is None) == (want is None) else f"{where}: {type(got).__name__}, expected " \
+                                                            f"{type(want).__name__}"
+    if got.shape != want.shape:
+        return f"{where}: shape {list(got.shape)}, expected {list(want.shape)}"
+    if not want.is_floating_point():
+        bad = (got != want).sum().item()
+        return f"{where}: {bad} of {want.numel()} elements differ" if bad else None
+    g, w = got.double(), want.double()
+    finite = torch.isfinite(w)
+    scale = w[finite].abs().max().item() if finite.any() else 1.0
+    close = torch.isclose(g, w, rtol=AGREE, atol=AGREE * max(scale, 1e-30), equal_nan=True)
+    bad = int((~close).sum().item())
+    if bad:
+        return f"{where}: {bad} of {want.numel()} elements differ by more than {AGREE:g} of the result's scale"
+    return None
+
+
+class Guard:
+    """New content for each call over the rotating argument sets, and the checked calls' evidence.
+
+    Calls are numbered by position: warm-up first, then the timed ones; position ``p`` uses set
+    ``p % len(sets)``. Call :meth:`start` once, :meth:`before` and :meth:`after` around each call,
+    then :meth:`check`.
+    """
+
+    def __init__(self, sets: list[tuple[tuple, dict]], warmup: int, repeats: int, device: torch.device,
+                 clone_set: Callable[[tuple, dict], tuple[tuple, dict]]) -> None:
+        if len(sets) < 2:
+            raise ValueError("Guard needs two argument sets or more (one is refreshed while another is in use)")
+        self.sets, self.repeats, self.clone_set = sets, repeats, clone_set
+        rng = random.SystemRandom()
+        self.warmup = warmup + rng.randrange(WARMUP_JITTER + 1)
+        self.total = self.warmup + repeats
+        self.lead = max(1, len(sets) // 2)
+        self.pristine = [t.clone() for t in _refreshable(*sets[0])]
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(rng.getrandbits(62))
+        timed = range(self.warmup, self.total)
+        self.checked = set(rng.sample(timed, min(CHECKED_CALLS, len(timed))))
+        self.before_copies: dict[int, tuple[tuple, dict]] = {}
+        self.after_copies: dict[int, tuple[Any, list[torch.Tensor]]] = {}
+
+    def set_of(self, position: int) -> int:
+        return position % len(self.sets)
+
+    def refresh(self, k: int) -> None:
+        """New content in set ``k``: the pristine tensors times a fresh random factor per element."""
+        for t, p in zip(_refreshable(*self.sets[k]), self.pristine):
+            factor = torch.empty(p.shape, dtype=torch.float32, device=p.device)
+            factor.uniform_(*_SPREAD, generator=self.gen)
+            t.copy_(p.float() * factor)
+
+    def _prepare(self, position: int) -> None:
+        if position >= self.total:
+            return
+        k = self.set_of(position)
+        self.refresh(k)
+        if position in self.checked:
+            self.before_copies[position] = self.clone_set(*self.sets[k])
+
+    def start(self) -> None:
+        for position in range(min(self.lead, self.total)):
+            self._prepare(position)
+
+    def before(self, position: int) -> None:
+        """Before call ``position``: new content for the set used ``lead`` calls later."""
+        self._prepare(position + self.lead)
+
+    def after(self, position: int, result: Any) -> None:
+        if position in self.checked:
+            self.after_copies[position] = (_copy(result), [t.clone() for t in _tensors(*self.sets[self.set_of(position)])])
+
+    def check(self, fn: Callable[..., Any], label: str, reference: Callable[..., Any] | None = None) -> None:
+        """Each checked call against ``reference`` (else an untimed call of ``fn``) on a copy of its content, at
+        new addresses (raises BenchRefused). Only a reference catches a row that stays wrong after warm-up."""
+        for position in sorted(self.checked):
+            args, kwargs = self.before_copies[position]
+            want = (reference or fn)(*args, **kwargs)
+            got, inputs_after = self.after_copies[position]
+            why = compare(got, want) or next(
+                (w for i, (g, t) in enumerate(zip(inputs_after, _tensors(args, kwargs)))
+                 if (w := compare(g, t, f"argument tensor {i} after the call"))), None)
+            if why:
+                raise BenchRefused("timed_output_wrong", label,
+                                   f"timed call {position - self.warmup + 1} of {self.repeats}: {why}")
+
+    def probe(self, fn: Callable[..., Any], time_call: Callable[[Callable[[], Any]], float], label: str) -> None:
+        """Seen content at new addresses against new content, cold each time (raises BenchRefused).
+
+        Once per callable and argument shapes in a process: a memo shows on its first probe, and the
+        samples of one comparison (rapid_llm.bench.compare) need not each pay for another."""
+        key = (id(fn), tuple((tuple(t.shape), t.dtype) for t in _tensors(*self.sets[0])))
+        if key in _PROBED:
+            return
+        base = self.clone_set(*self.sets[0])
+        first_args, first_kwargs = self.clone_set(*base)
+        fn(*first_args, **first_kwargs)  # the row has now seen this content (an in-place op wrote the copy)
+        seen_us, new_us = [], []
+        k = 1
+        for _ in range(PROBE_CALLS):
+            args, kwargs = self.clone_set(*base)
+            seen_us.append(time_call(lambda: fn(*args, **kwargs)))
+            self.refresh(k)
+            a, kw = self.sets[k]
+            new_us.append(time_call(lambda: fn(*a, **kw)))
+        seen, new = statistics.median(seen_us), statistics.median(new_us)
+        if seen < MEMO_RATIO * new:
+            raise BenchRefused("content_memo", label, f"{seen:.2f} us on content it had seen at new addresses, "
+                                                      f"{new:.2f} us on new content (medians of {PROBE_CALLS})")
+        _PROBED[key] = fn  # held, so its id is not reused by another callable
