@@ -21,14 +21,17 @@
 #                                          # custom-op call cost, strided rows from CUDA graphs
 #   scripts/gpu_validate.sh OUTDIR compare # compare's A/A and 3 % power experiment, notebook 04 (compare cells)
 #                                          # re-executed and checked with strict nbval
+#   scripts/gpu_validate.sh OUTDIR verify  # verify's speed (warm worker, fresh child, memcheck), the cheat kernels
+#                                          # against bench and verify, notebook 07 executed (outputs saved) and
+#                                          # checked with strict nbval
 #   scripts/gpu_validate.sh OUTDIR quant   # scaled_fp8_quant and merge_attn_states: every GPU test, vLLM's
 #                                          # matrices included, and their figures over tokens
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|quant}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|quant}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|verify|quant}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|verify|quant}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -100,6 +103,13 @@ case $stage in
     step notebook_04 python scripts/run_notebooks.py notebooks/04_benchmarking.ipynb
     step nbval_04 python -m pytest -q -p no:cacheprovider --nbval notebooks/04_benchmarking.ipynb
     ;;
+  verify)
+    step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_cheats.py tests/bench/test_harness.py
+    step verify_times python benchmarks/kernels/bench_verify.py --cells scale_vec rms_norm_cell --edits 10 --fresh 3 \
+      --memcheck 3 --out "$out/verify_times.json"
+    step notebook_07 python scripts/run_notebooks.py notebooks/07_find_wrong_kernels.ipynb
+    step nbval_07 python -m pytest -q -p no:cacheprovider --nbval notebooks/07_find_wrong_kernels.ipynb
+    ;;
   quant)
     step quant_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_scaled_fp8_quant.py \
       tests/kernels/test_merge_attn_states.py tests/kernels/test_compare_modes.py
@@ -107,6 +117,6 @@ case $stage in
       --results rapid_llm/kernels/results
     ;;
   *)
-    echo "unknown stage $stage (tests, suite, jit, bench, llm, checks, newop, models, compare or quant)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, suite, jit, bench, llm, checks, newop, models, compare, verify or quant)" >&2; exit 2 ;;
 esac
 exit $status

@@ -235,7 +235,9 @@ def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats:
         if guard is not None:
             warmup = guard.warmup
             guard.start()
+        queue_us = 0.0
         for i in range(warmup):
+            t0 = time.perf_counter()
             if reset is not None:
                 reset(i % n_sets)
             if guard is not None:
@@ -243,10 +245,12 @@ def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats:
             result = call(i % n_sets)
             if guard is not None:
                 guard.after(i, result)
+            queue_us = (time.perf_counter() - t0) * 1e6  # the last warm-up call's host cost, queueing included
         torch.cuda.synchronize()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        per_call_us = _QUEUE_US_PER_CALL * (4 if guard is not None else 1)  # the refresh is queued between calls
+        # the GPU is held for the host's queueing of the calls, new content included
+        per_call_us = _QUEUE_US_PER_CALL if guard is None else max(_QUEUE_US_PER_CALL, 2 * queue_us)
         chunk = max(1, int(_MAX_HOLD_US // per_call_us))
         for r in range(repeats):
             if r % chunk == 0:

@@ -77,7 +77,10 @@ def cap(stream_handle: int) -> bool:
     cu = driver()
     if cu is None:
         return False
-    ok = cu.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(0)) == 0
+    limit = ctypes.c_size_t(0)
+    ok = cu.cuCtxGetLimit(ctypes.byref(limit), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == 0
+    if ok and limit.value:  # set only when it is not 0 already: the call is cheap then
+        ok = cu.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(0)) == 0
     ok = cu.cuCtxResetPersistingL2Cache() == 0 and ok
     value = LaunchAttributeValue()  # all zero: no window (the legacy stream may refuse attributes: nothing to clear)
     cu.cuStreamSetAttribute(ctypes.c_void_p(stream_handle), CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
