@@ -154,8 +154,9 @@ def test_verify_says_in_one_line_why_an_op_cannot_reach_the_child():
 def _worker_pid() -> int:
     from rapid_llm.kernels.verification import worker
 
-    assert worker._worker is not None and worker._worker.alive()
-    return worker._worker.proc.pid
+    plain = worker._workers.get(worker.PLAIN)
+    assert plain is not None and plain.alive()
+    return plain.proc.pid
 
 
 def test_the_worker_stays_warm_between_verifies_and_says_where_the_time_went():

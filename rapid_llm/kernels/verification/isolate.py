@@ -21,7 +21,6 @@ The child is ``python -m rapid_llm.kernels.verification.isolate_child '<recipe j
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import os
 import pickle
@@ -134,26 +133,12 @@ def sanitizer_path() -> str | None:
     return cuda_tool("compute-sanitizer")
 
 
-#: torch's own kernels (at::native, mangled "at6native"): the checks' fills, copies and comparisons, not the row.
-TORCH_KERNELS = "at6native"
-
-
-def _kernel_filter(sanitizer: str) -> list[str]:
-    """Leave torch's kernels uninstrumented: the row's kernels are what is checked, and patching every kernel
-    the checks launch is most of a sanitizer run's time. ``RAPID_LLM_SANITIZE_ALL_KERNELS=1`` checks them all;
-    a compute-sanitizer without ``--kernel-name-exclude`` checks them all too."""
-    if os.environ.get("RAPID_LLM_SANITIZE_ALL_KERNELS", "0") == "1" or not _can_exclude_kernels(sanitizer):
-        return []
-    return ["--kernel-name-exclude", f"kns={TORCH_KERNELS}"]
-
-
-@functools.lru_cache(maxsize=None)
-def _can_exclude_kernels(sanitizer: str) -> bool:
-    try:
-        helptext = subprocess.run([sanitizer, "--help"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--kernel-name-exclude" in helptext
+def sanitizer_wrapper(sanitizer: str, tool: str) -> worker.Wrapper:
+    """The command a child runs under for ``tool``, and the environment it needs: torch's caching allocator
+    off (a write past a tensor inside a cached block is seen) and no guard bands (nothing absorbs it)."""
+    command = (sanitizer, "--tool", tool, "--print-limit", "20", "--show-backtrace", "no") + \
+        (("--racecheck-report", "all") if tool == "racecheck" else ())
+    return command, (("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"), ("RAPID_LLM_GUARD_BANDS", "0"))
 
 
 def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
@@ -161,19 +146,18 @@ def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, si
     """Run ``verify`` of the recipe's row in a child Python (under compute-sanitizer ``tool`` if given)."""
     job = dict(recipe, dtypes_to_check=list(dtypes) if dtypes else None, sizes=list(sizes) if sizes else None,
                lineinfo=tool is not None)
-    if tool is None and WARM:
-        return _from_worker(recipe["name"], job, timeout)
-    cmd = [sys.executable, "-m", "rapid_llm.kernels.verification.isolate_child", json.dumps(job)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    wrapper = worker.PLAIN
     if tool is not None:
         sanitizer = sanitizer_path()
         if sanitizer is None:
             return ChildResult("unavailable", "compute-sanitizer is not installed here (it ships with the CUDA "
                                               "toolkit, beside nvcc): the sanitizer checks did not run")
-        cmd = [sanitizer, "--tool", tool, "--print-limit", "20", "--show-backtrace", "no"] + \
-              (["--racecheck-report", "all"] if tool == "racecheck" else []) + _kernel_filter(sanitizer) + cmd
-        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # a write past a tensor inside a cached block is seen
-        env["RAPID_LLM_GUARD_BANDS"] = "0"  # and not absorbed by a guard band
+        wrapper = sanitizer_wrapper(sanitizer, tool)
+    if WARM:
+        return _from_worker(recipe, job, timeout, wrapper, tool)
+    command, extra_env = wrapper
+    cmd = [*command, sys.executable, "-m", "rapid_llm.kernels.verification.isolate_child", json.dumps(job)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **dict(extra_env))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
@@ -209,19 +193,26 @@ def _judge(name: str, result: dict[str, Any], findings: tuple[SanitizerFinding, 
                        times, verified)
 
 
-def _from_worker(name: str, job: dict[str, Any], timeout: float) -> ChildResult:
-    """The job run by the warm worker (rapid_llm.kernels.verification.worker), judged as a fresh child's would be."""
-    answer = worker.ask(job, timeout)
+def _from_worker(recipe: dict[str, Any], job: dict[str, Any], timeout: float, wrapper: worker.Wrapper,
+                 tool: str | None) -> ChildResult:
+    """The job run by a warm worker (rapid_llm.kernels.verification.worker), judged as a fresh child's would be;
+    under ``tool``, the worker runs under compute-sanitizer and its reports during the job are the findings."""
+    name = recipe["name"]
+    answer = worker.ask(job, timeout, wrapper)
     times = {"start": answer.wait_s}
+    findings = tuple(parse_sanitizer(answer.output, tool, Path(recipe.get("source", "")))) if tool else ()
+    if findings and answer.status == "answered":
+        worker.replace(wrapper)  # its print limit and its state are spent on this row
     if answer.status == "hung":
         return ChildResult("hung", f"{name} did not finish in {timeout:g} s in a child process (an endless loop, or "
                                    "a kernel waiting forever); the child was killed" + _tail(answer.output), times=times)
     if answer.status == "crashed":
-        return ChildResult("crashed", f"{name} crashed its process: {_device_message(answer.output)}", times=times)
+        return ChildResult("crashed", f"{name} crashed its process: {_device_message(answer.output)}", times=times,
+                           findings=findings)
     if answer.status == "no_start" or answer.result is None:
         return ChildResult("not_set_up", f"the child process could not start: {_tail(answer.output).lstrip('; ')}",
                            times=times)
-    return _judge(name, answer.result, times=times)
+    return _judge(name, answer.result, findings, times=times)
 
 
 def sanitize(recipe: dict[str, Any], tools: Sequence[str] = SANITIZER_TOOLS, *, dtypes: Sequence[str] | None = None,

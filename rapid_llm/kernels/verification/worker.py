@@ -16,6 +16,12 @@ warm again. A worker whose environment no longer matches this process's
 ``PYTORCH_*`` variables, ``PYTHONPATH``) is replaced before it is used. It
 holds a CUDA context of its own (a few hundred MB of device memory) while it
 lives, and exits with this process (its stdin closes).
+
+A worker can also run under a wrapper command: ``verify(row, sanitize=...)``
+keeps one warm worker per compute-sanitizer tool (started by the first
+sanitized verify, and by :func:`prewarm` after that), so a sanitized verify
+pays the instrumented start-up once, not per call. A sanitizer worker whose
+job was reported on is replaced, like one whose context was lost.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-__all__ = ["Answer", "ask", "prewarm", "shutdown", "ENV_PREFIXES", "RESULT_MARK", "READY_MARK"]
+__all__ = ["Answer", "ask", "prewarm", "replace", "shutdown", "Wrapper", "PLAIN", "ENV_PREFIXES", "RESULT_MARK", "READY_MARK"]
 
 #: The prefix of a child's result line, the one line a parent reads (a fresh child's or the worker's).
 RESULT_MARK = "RAPID_LLM_CHILD_RESULT "
@@ -53,22 +59,29 @@ class Answer:
     job_s: float  # from sending the job to its answer
 
 
-def _env_key() -> tuple:
+#: A wrapper command and the environment it adds: () and {} for the plain worker.
+Wrapper = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
+PLAIN: Wrapper = ((), ())
+
+
+def _env_key(wrapper: Wrapper) -> tuple:
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)))
-    return (sys.executable, os.getcwd(), env)
+    return (sys.executable, os.getcwd(), env, wrapper)
 
 
 class _Worker:
     """One ``--serve`` child: its process, a thread that reads its stdout into a queue, its stderr in a file."""
 
-    def __init__(self) -> None:
-        self.key = _env_key()
+    def __init__(self, wrapper: Wrapper) -> None:
+        self.wrapper = wrapper
+        self.key = _env_key(wrapper)
         self.started = time.perf_counter()
         self.stderr: IO[bytes] = tempfile.TemporaryFile()
+        command, extra_env = wrapper
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rapid_llm.kernels.verification.isolate_child", "--serve"],
+            [*command, sys.executable, "-m", "rapid_llm.kernels.verification.isolate_child", "--serve"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **dict(extra_env)))
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.ready = False
         threading.Thread(target=self._read, daemon=True, name="rapid_llm-verify-worker").start()
@@ -125,34 +138,38 @@ class _Worker:
 
 
 _lock = threading.Lock()
-_worker: _Worker | None = None
+_workers: dict[Wrapper, _Worker] = {}
+#: Wrappers asked for in this process: prewarm() keeps them warm too.
+_wanted: set[Wrapper] = {PLAIN}
 
 
-def _current() -> _Worker:
-    """The worker for this environment, started if there is none (or it died, or the environment moved)."""
-    global _worker
-    if _worker is not None and (not _worker.alive() or _worker.key != _env_key()):
-        _worker.kill()
-        _worker = None
-    if _worker is None:
-        _worker = _Worker()
-    return _worker
+def _current(wrapper: Wrapper) -> _Worker:
+    """The worker for this environment and wrapper, started if there is none (or it died, or the environment moved)."""
+    worker = _workers.get(wrapper)
+    if worker is not None and (not worker.alive() or worker.key != _env_key(wrapper)):
+        worker.kill()
+        worker = None
+    if worker is None:
+        worker = _workers[wrapper] = _Worker(wrapper)
+    return worker
 
 
 def prewarm() -> None:
-    """Start the worker now, in the background, if there is none: the next verify finds it warm."""
+    """Start the workers this process has used (the plain one at least) in the background, where none runs."""
     with _lock:
-        _current()
+        for wrapper in sorted(_wanted):
+            _current(wrapper)
 
 
-def ask(job: dict[str, Any], timeout: float) -> Answer:
+def ask(job: dict[str, Any], timeout: float, wrapper: Wrapper = PLAIN) -> Answer:
     """Run one recipe in the worker: its answer, or why there is none (it crashed, or hung past ``timeout``).
 
     ``timeout`` counts the job alone; a worker that is still starting gets as long again to be ready.
+    ``wrapper`` picks the worker run under that command (a sanitizer tool's).
     """
-    global _worker
     with _lock:
-        worker = _current()
+        _wanted.add(wrapper)
+        worker = _current(wrapper)
         t0 = time.perf_counter()
         ready, said = worker.wait_ready(timeout)
         wait_s = time.perf_counter() - t0
@@ -191,20 +208,27 @@ def ask(job: dict[str, Any], timeout: float) -> Answer:
 
 def _discard(worker: _Worker) -> None:
     """Kill ``worker`` and start its replacement, so the next verify finds one warm (lock held)."""
-    global _worker
     worker.kill()
-    if _worker is worker:
-        _worker = None
-    _current()
+    if _workers.get(worker.wrapper) is worker:
+        del _workers[worker.wrapper]
+    _current(worker.wrapper)
+
+
+def replace(wrapper: Wrapper) -> None:
+    """Replace that wrapper's worker (a sanitizer worker whose job was reported on: its print limit and its
+    state are spent)."""
+    with _lock:
+        worker = _workers.get(wrapper)
+        if worker is not None:
+            _discard(worker)
 
 
 def shutdown() -> None:
-    """Stop the worker (at exit, and for tests)."""
-    global _worker
+    """Stop every worker (at exit, and for tests)."""
     with _lock:
-        if _worker is not None:
-            _worker.kill()
-            _worker = None
+        for worker in list(_workers.values()):
+            worker.kill()
+        _workers.clear()
 
 
 atexit.register(shutdown)
