@@ -14,8 +14,8 @@ times (warm-up detection). The harness answers each while it times (rapid_llm.be
   reference=)``; bench_op and compare pass it) or else an untimed call of the row itself, on the same
   content at new addresses. A pointer memo, a result cached from another call, or work skipped once
   warm-up is over returns something else there: ``timed_output_wrong``;
-* **a memo probe**: a few calls on content the row has already seen (at new addresses) against calls
-  on new content, each from a cold L2. A row that is twice as fast on content it has seen remembers
+* **a memo probe**: a few calls on content the row has already seen against calls on new content, in
+  the same buffers, each from a cold L2. A row that is twice as fast on content it has seen remembers
   instead of computing: ``content_memo``;
 * the warm-up count varies at random, so counting calls does not find the timed ones.
 
@@ -147,7 +147,10 @@ class Guard:
 
     def refresh(self, k: int) -> None:
         """New content in set ``k``: the pristine tensors times a fresh random factor per element."""
-        for t, p in zip(_refreshable(*self.sets[k]), self.pristine):
+        self._refresh(*self.sets[k])
+
+    def _refresh(self, args: tuple, kwargs: dict) -> None:
+        for t, p in zip(_refreshable(args, kwargs), self.pristine):
             factor = torch.empty(p.shape, dtype=torch.float32, device=p.device)
             factor.uniform_(*_SPREAD, generator=self.gen)
             t.copy_(p.float() * factor)
@@ -187,7 +190,7 @@ class Guard:
                                    f"timed call {position - self.warmup + 1} of {self.repeats}: {why}")
 
     def probe(self, fn: Callable[..., Any], time_call: Callable[[Callable[[], Any]], float], label: str) -> None:
-        """Seen content at new addresses against new content, cold each time (raises BenchRefused).
+        """Seen content against new content, in the same buffers, cold each time (raises BenchRefused).
 
         Once per callable and argument shapes in a process: a memo shows on its first probe, and the
         samples of one comparison (rapid_llm.bench.compare) need not each pay for another."""
@@ -197,16 +200,25 @@ class Guard:
         base = self.clone_set(*self.sets[0])
         first_args, first_kwargs = self.clone_set(*base)
         fn(*first_args, **first_kwargs)  # the row has now seen this content (an in-place op wrote the copy)
+        staging = self.clone_set(*base)  # new content is made here, then copied in like the seen content
         seen_us, new_us = [], []
-        k = 1
-        for _ in range(PROBE_CALLS):
-            args, kwargs = self.clone_set(*base)
-            seen_us.append(time_call(lambda: fn(*args, **kwargs)))
-            self.refresh(k)
-            a, kw = self.sets[k]
-            new_us.append(time_call(lambda: fn(*a, **kw)))
+        args, kwargs = self.sets[1]
+        targets = _tensors(args, kwargs)
+
+        def copy_in(source: tuple[tuple, dict]) -> None:
+            for t, b in zip(targets, _tensors(*source)):
+                t.copy_(b)
+
+        # Both arms copy into the same buffers just before the call, and differ only in the content:
+        # allocation, addresses and caches are alike (on CPU, where the timer flushes nothing, that matters).
+        for i in range(PROBE_CALLS):
+            self._refresh(*staging)
+            arms = [(seen_us, base), (new_us, staging)]
+            for times, source in arms if i % 2 == 0 else arms[::-1]:
+                copy_in(source)
+                times.append(time_call(lambda: fn(*args, **kwargs)))
         seen, new = statistics.median(seen_us), statistics.median(new_us)
         if seen < MEMO_RATIO * new:
-            raise BenchRefused("content_memo", label, f"{seen:.2f} us on content it had seen at new addresses, "
+            raise BenchRefused("content_memo", label, f"{seen:.2f} us on content it had seen, "
                                                       f"{new:.2f} us on new content (medians of {PROBE_CALLS})")
         _PROBED[key] = fn  # held, so its id is not reused by another callable

@@ -80,22 +80,27 @@ def test_bench_without_a_reference_still_catches_a_pointer_memo():
     assert caught.value.kind == "timed_output_wrong"
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_no_bench_verdict_on_the_shipped_rows(seed):
+def test_no_bench_verdict_on_the_shipped_rows(seed, device):
     """0 false refusals: every shipped row that runs here is timed with fresh content, checked calls and the
     memo probe, three times over (the draws of checked calls and content are random each time)."""
-    from rapid_llm.bench.ops import floor_call, make_args
     from rapid_llm.bench.integrity import _PROBED
+    from rapid_llm.bench.ops import floor_call, make_args
+    from rapid_llm.kernels import platform
 
     _PROBED.clear()  # probe again on every pass
+    timed = 0
     for op in spec.all_ops():
         for row in spec.rows_for(op):
-            if "cpu" not in row.devices or not row.probe("cpu"):
+            if device not in row.devices or not row.probe(device):
                 continue
             for dtype in ("fp32", "bf16"):
                 if dtype not in row.dtypes:
                     continue
-                case = make_args(op, 4097 + seed, getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[dtype]),
-                                 "cpu")
-                bench(row.call_path(), *case.args, warmup=2, repeats=5, reference=floor_call(op), label=row.name,
-                      **case.kwargs)
+                for numel in (4097 + seed, 1 << 20 if device == "cuda" else 1 << 16):  # the interpreter is slow
+                    case = make_args(op, numel, platform.torch_dtype(dtype), device)
+                    bench(row.call_path(), *case.args, warmup=2, repeats=5, reference=floor_call(op),
+                          label=f"{row.name} {dtype} numel={numel}", **case.kwargs)
+                    timed += 1
+    assert timed, f"no shipped row runs on {device} here"
