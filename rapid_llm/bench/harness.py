@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from rapid_llm.bench import l2_persist
-from rapid_llm.bench.integrity import BenchRefused, Guard
+from rapid_llm.bench.integrity import PROBE_CALLS, BenchRefused, Guard
 from rapid_llm.kernels.platform import device_label
 
 __all__ = [
@@ -347,32 +347,6 @@ def _cpu_samples(call: Callable[[int], Any], warmup: int, repeats: int, reset: C
     return samples
 
 
-def _cuda_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
-    """One call from a cold L2 (a scratch buffer of twice its size written first), timed by events."""
-    scratch: list[torch.Tensor] = []  # made on first use: the probe runs once per row and shapes
-
-    def time_call(fn: Callable[[], Any]) -> float:
-        if not scratch:
-            scratch.append(torch.empty(2 * l2_bytes(device) // 4 + 1, dtype=torch.float32, device=device))
-        scratch[0].fill_(1.0)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(device)
-        _hold_gpu(1)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize(device)
-        return start.elapsed_time(end) * 1e3
-
-    return time_call
-
-
-def _cpu_timer(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter_ns()
-    fn()
-    return (time.perf_counter_ns() - t0) / 1e3
-
-
 def _roofline(device: torch.device, bytes_moved: int | None, roofline: bool) -> float | None:
     if bytes_moved is None or not roofline:
         return None
@@ -398,10 +372,12 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
         else:
             sets = [(args, kwargs)] + ([_clone_set(args, kwargs)] if guarded else [])
             guard = Guard(sets, warmup, repeats, device, _clone_set) if guarded else None
-            samples = _cpu_samples(lambda k: fn(*sets[k % len(sets)][0], **sets[k % len(sets)][1]), warmup, repeats,
-                                   None, guard)
+            def call_cpu(k: int) -> Any:
+                return fn(*sets[k % len(sets)][0], **sets[k % len(sets)][1])
+
+            samples = _cpu_samples(call_cpu, warmup, repeats, None, guard)
             if guard is not None:
-                _judge(guard, fn, reference, _cpu_timer, label)
+                _judge(guard, fn, reference, lambda g: _cpu_samples(call_cpu, 0, g.repeats, None, g), label)
         return _summarise(samples, kind="cpu", roofline_gbps=_roofline(device, bytes_moved, roofline), **meta)
 
     n_sets = rotation_sets(_set_bytes(args, kwargs), l2_bytes(device)) if cold_l2 else 1
@@ -421,7 +397,8 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
             guard = Guard(sets, warmup, repeats, device, _clone_set) if guarded else None
             samples = _cuda_samples(call, n_sets, warmup, repeats, reset_k, device, guard)
             if guard is not None:
-                _judge(guard, fn, reference, _cuda_timer(device), label)
+                _judge(guard, fn, reference, lambda g: _cuda_samples(call, n_sets, 0, g.repeats, None, device, g),
+                       label)
     except BenchRefused as exc:
         if exc.label or not label:
             raise
@@ -433,10 +410,16 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
 
 
 def _judge(guard: Guard, fn: Callable[..., Any], reference: Callable[..., Any] | None,
-           time_call: Callable[[Callable[[], Any]], float], label: str) -> None:
-    """The checked calls, then the memo probe (rapid_llm.bench.integrity); raises BenchRefused."""
+           timed_pass: Callable[[Guard], list[float]], label: str) -> None:
+    """The checked calls, then the memo probe's pass (rapid_llm.bench.integrity); raises BenchRefused."""
     guard.check(fn, label, reference)
-    guard.probe(fn, time_call, label)
+    passes = guard.probe_passes(fn, PROBE_CALLS // 2)
+    if passes is not None:
+        seen, new = passes
+        seen_us, new_us = timed_pass(seen), timed_pass(new)  # A B B A
+        new_us += timed_pass(new)
+        seen_us += timed_pass(seen)
+        guard.judge_memo(fn, seen_us, new_us, label)
 
 
 def bench(fn: Callable[..., Any], *args: Any, bytes_moved: int | None = None, flops: int | None = None,

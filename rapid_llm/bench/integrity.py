@@ -14,9 +14,9 @@ times (warm-up detection). The harness answers each while it times (rapid_llm.be
   reference=)``; bench_op and compare pass it) or else an untimed call of the row itself, on the same
   content at new addresses. A pointer memo, a result cached from another call, or work skipped once
   warm-up is over returns something else there: ``timed_output_wrong``;
-* **a memo probe**: a few calls on content the row has already seen against calls on new content, in
-  the same buffers, each from a cold L2. A row that is twice as fast on content it has seen remembers
-  instead of computing: ``content_memo``;
+* **a memo probe**: timed passes the same in every way but that each call gets one content the row
+  has already seen (copied into the rotating sets as new content is) instead of new content. A row
+  that is twice as fast on content it has seen remembers instead of computing: ``content_memo``;
 * the warm-up count varies at random, so counting calls does not find the timed ones.
 
 The persisting-L2 cap is rapid_llm.bench.l2_persist's (``persisting_l2``). Each refusal raises
@@ -45,8 +45,8 @@ REFUSALS = {
 }
 #: Timed calls whose results are checked (drawn at random among the timed calls).
 CHECKED_CALLS = 2
-#: Calls of each kind in the memo probe.
-PROBE_CALLS = 5
+#: Timed calls in the memo probe's pass.
+PROBE_CALLS = 10
 #: Seen content this much faster than new content (medians) means a memo.
 MEMO_RATIO = 0.5
 #: A result agrees when within this fraction of its own largest finite magnitude (or relatively): far
@@ -126,19 +126,22 @@ class Guard:
     """
 
     def __init__(self, sets: list[tuple[tuple, dict]], warmup: int, repeats: int, device: torch.device,
-                 clone_set: Callable[[tuple, dict], tuple[tuple, dict]]) -> None:
+                 clone_set: Callable[[tuple, dict], tuple[tuple, dict]], fixed: tuple[tuple, dict] | None = None,
+                 checks: bool = True) -> None:
         if len(sets) < 2:
             raise ValueError("Guard needs two argument sets or more (one is refreshed while another is in use)")
-        self.sets, self.repeats, self.clone_set = sets, repeats, clone_set
+        self.sets, self.repeats, self.clone_set, self.device = sets, repeats, clone_set, device
+        self.fixed = fixed  # the memo probe's pass: every call on this content (seen before), nothing checked
         rng = random.SystemRandom()
-        self.warmup = warmup + rng.randrange(WARMUP_JITTER + 1)
+        self.warmup = warmup + (rng.randrange(WARMUP_JITTER + 1) if fixed is None else 0)
         self.total = self.warmup + repeats
         self.lead = max(1, len(sets) // 2)
         self.pristine = [t.clone() for t in _refreshable(*sets[0])]
+        self.staging = clone_set(*sets[0])
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(rng.getrandbits(62))
         timed = range(self.warmup, self.total)
-        self.checked = set(rng.sample(timed, min(CHECKED_CALLS, len(timed))))
+        self.checked = set(rng.sample(timed, min(CHECKED_CALLS, len(timed)))) if checks and fixed is None else set()
         self.before_copies: dict[int, tuple[tuple, dict]] = {}
         self.after_copies: dict[int, tuple[Any, list[torch.Tensor]]] = {}
 
@@ -159,7 +162,11 @@ class Guard:
         if position >= self.total:
             return
         k = self.set_of(position)
-        self.refresh(k)
+        # New content is made in the staging set and copied in; the probe's pass makes it too and copies its
+        # fixed content instead: the two passes do the same work between calls (on CPU, caches remember it).
+        self._refresh(*self.staging)
+        for t, f in zip(_tensors(*self.sets[k]), _tensors(*(self.fixed or self.staging))):
+            t.copy_(f)
         if position in self.checked:
             self.before_copies[position] = self.clone_set(*self.sets[k])
 
@@ -173,7 +180,8 @@ class Guard:
 
     def after(self, position: int, result: Any) -> None:
         if position in self.checked:
-            self.after_copies[position] = (_copy(result), [t.clone() for t in _tensors(*self.sets[self.set_of(position)])])
+            inputs = _tensors(*self.sets[self.set_of(position)])
+            self.after_copies[position] = (_copy(result), [t.clone() for t in inputs])
 
     def check(self, fn: Callable[..., Any], label: str, reference: Callable[..., Any] | None = None) -> None:
         """Each checked call against ``reference`` (else an untimed call of ``fn``) on a copy of its content, at
@@ -189,36 +197,29 @@ class Guard:
                 raise BenchRefused("timed_output_wrong", label,
                                    f"timed call {position - self.warmup + 1} of {self.repeats}: {why}")
 
-    def probe(self, fn: Callable[..., Any], time_call: Callable[[Callable[[], Any]], float], label: str) -> None:
-        """Seen content against new content, in the same buffers, cold each time (raises BenchRefused).
+    def memo_key(self, fn: Callable[..., Any]) -> tuple:
+        return (id(fn), tuple((tuple(t.shape), t.dtype) for t in _tensors(*self.sets[0])))
 
-        Once per callable and argument shapes in a process: a memo shows on its first probe, and the
-        samples of one comparison (rapid_llm.bench.compare) need not each pay for another."""
-        key = (id(fn), tuple((tuple(t.shape), t.dtype) for t in _tensors(*self.sets[0])))
-        if key in _PROBED:
-            return
-        base = self.clone_set(*self.sets[0])
-        first_args, first_kwargs = self.clone_set(*base)
-        fn(*first_args, **first_kwargs)  # the row has now seen this content (an in-place op wrote the copy)
-        staging = self.clone_set(*base)  # new content is made here, then copied in like the seen content
-        seen_us, new_us = [], []
-        args, kwargs = self.sets[1]
-        targets = _tensors(args, kwargs)
+    def probe_passes(self, fn: Callable[..., Any], repeats: int) -> "tuple[Guard, Guard] | None":
+        """The memo probe's two kinds of timed pass, (seen content, new content), or None when this callable
+        and shapes passed the probe already in this process (a memo shows on its first probe; the samples of
+        one comparison need not each pay for another).
 
-        def copy_in(source: tuple[tuple, dict]) -> None:
-            for t, b in zip(targets, _tensors(*source)):
-                t.copy_(b)
+        A seen pass gives every call one content the row has already seen, copied into the rotating sets the
+        way new content is; a new pass gives each call new content, unchecked. They are timed A B B A, so
+        drift (warm-up, clocks) falls on both alike, and differ only in the content."""
+        if self.memo_key(fn) in _PROBED:
+            return None
+        fixed = self.clone_set(*self.sets[0])
+        args, kwargs = self.clone_set(*fixed)
+        fn(*args, **kwargs)  # the row has now seen this content (an in-place op wrote the copy, not ``fixed``)
+        return (Guard(self.sets, 0, repeats, self.device, self.clone_set, fixed=fixed),
+                Guard(self.sets, 0, repeats, self.device, self.clone_set, checks=False))
 
-        # Both arms copy into the same buffers just before the call, and differ only in the content:
-        # allocation, addresses and caches are alike (on CPU, where the timer flushes nothing, that matters).
-        for i in range(PROBE_CALLS):
-            self._refresh(*staging)
-            arms = [(seen_us, base), (new_us, staging)]
-            for times, source in arms if i % 2 == 0 else arms[::-1]:
-                copy_in(source)
-                times.append(time_call(lambda: fn(*args, **kwargs)))
-        seen, new = statistics.median(seen_us), statistics.median(new_us)
+    def judge_memo(self, fn: Callable[..., Any], seen_us: list[float], new_us: list[float], label: str) -> None:
+        """Raise BenchRefused (content_memo) when seen content ran much faster than new content."""
+        new, seen = statistics.median(new_us), statistics.median(seen_us)
         if seen < MEMO_RATIO * new:
-            raise BenchRefused("content_memo", label, f"{seen:.2f} us on content it had seen, "
-                                                      f"{new:.2f} us on new content (medians of {PROBE_CALLS})")
-        _PROBED[key] = fn  # held, so its id is not reused by another callable
+            raise BenchRefused("content_memo", label, f"{seen:.2f} us per call on content it had seen, {new:.2f} us "
+                                                      f"on new content (medians of {len(seen_us)} and {len(new_us)})")
+        _PROBED[self.memo_key(fn)] = fn  # held, so its id is not reused by another callable
