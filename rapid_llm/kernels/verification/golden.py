@@ -297,7 +297,8 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
                     return _broken(row, base, dev, dtypes, first.message, record)
                 if first.status == "not_set_up":
                     return _not_run(row, base, dev, dtypes, first.message)
-                notes.append(f"first run in a child process: {first.status} ({first.times_text()})")
+                said = f": {first.message}" if first.status == "failed" and first.message else ""
+                notes.append(f"first run in a child process: {first.status} ({first.times_text()}){said}")
                 _ISOLATED.add(_isolation_key(row))
                 if (first.status == "passed" and first.verified is not None and tolerance is None
                         and first.verified.device == str(dev)):  # the same checks on the same build: not run twice
