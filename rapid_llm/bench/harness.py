@@ -372,6 +372,7 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
         else:
             sets = [(args, kwargs)] + ([_clone_set(args, kwargs)] if guarded else [])
             guard = Guard(sets, warmup, repeats, device, _clone_set) if guarded else None
+
             def call_cpu(k: int) -> Any:
                 return fn(*sets[k % len(sets)][0], **sets[k % len(sets)][1])
 

@@ -149,11 +149,8 @@ class Guard:
     def set_of(self, position: int) -> int:
         return position % len(self.sets)
 
-    def refresh(self, k: int) -> None:
-        """New content in set ``k``: the pristine tensors times a fresh random factor per element."""
-        self._refresh(*self.sets[k])
-
     def _refresh(self, args: tuple, kwargs: dict) -> None:
+        """New content in a set: the pristine tensors times a fresh random factor per element."""
         for t, p in zip(_refreshable(args, kwargs), self.pristine):
             factor = torch.empty(p.shape, dtype=torch.float32, device=p.device)
             factor.uniform_(*_SPREAD, generator=self.gen)
