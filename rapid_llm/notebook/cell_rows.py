@@ -160,10 +160,10 @@ def _prewarm_verify() -> None:
     """A row verify has not seen is about to be verified: start its warm child now, while the user reads."""
     import torch
 
-    from rapid_llm.kernels.verification import isolate, worker
+    from rapid_llm.kernels.verification import isolate
 
     if torch.cuda.is_available() and isolate.WARM and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0":
-        worker.prewarm()
+        isolate.prewarm()
 
 
 def drop_cell_row(name: str) -> bool:

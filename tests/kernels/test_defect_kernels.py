@@ -32,6 +32,7 @@ VERIFY_CATCHES = [
     ("constant_output", "input_independent", False),
     ("out_of_bounds", "guard_band", True),
     ("reads_past_end", "out_of_bounds_read", False),
+    ("flush_to_zero", "flush_to_zero", False),
 ]
 FIXED = ["fixed", "race_fixed", "uninit_read_fixed"]
 CRASHES = ["null_write", "device_assert"]

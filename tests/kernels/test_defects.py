@@ -35,6 +35,7 @@ PYTHON_DEFECTS = [
     ("scale_ignores_out", "unwritten", False),
     ("scale_skips_tail", "unwritten", False),
     ("scale_computes_in_bf16", "precision_loss", False),
+    ("scale_flushes_subnormals", "flush_to_zero", False),
 ]
 
 

@@ -197,3 +197,26 @@ def test_a_changed_environment_gets_a_fresh_worker(monkeypatch):
     monkeypatch.setenv("RAPID_LLM_GUARD_BANDS", "0")
     result = isolate.run_child(isolate.recipe(spec.get_row(_row("works"))), dtypes=["fp32"], sizes=[1])
     assert result.status == "passed" and _worker_pid() != pid
+
+
+@pytest.mark.parametrize("setting, started", [(None, {"memcheck"}), ("", set()), ("memcheck,racecheck",
+                                                                                  {"memcheck", "racecheck"})])
+def test_a_build_starts_the_memcheck_worker_beside_the_plain_one(monkeypatch, setting, started):
+    """The first sanitized verify finds its worker started (RAPID_LLM_WARM_SANITIZERS says which tools)."""
+    from rapid_llm.kernels.verification import worker
+
+    if setting is None:
+        monkeypatch.delenv("RAPID_LLM_WARM_SANITIZERS", raising=False)
+    else:
+        monkeypatch.setenv("RAPID_LLM_WARM_SANITIZERS", setting)
+    monkeypatch.setattr(isolate, "sanitizer_path", lambda: "compute-sanitizer")
+    monkeypatch.setattr(isolate, "sanitizer_wrapper", lambda sanitizer, tool: (("env",), (("RL_TEST_TOOL", tool),)))
+    worker.shutdown()
+    try:
+        isolate.prewarm()
+        tools = {dict(w[1]).get("RL_TEST_TOOL") for w in worker._workers} - {None}
+        assert tools == started
+        assert worker.PLAIN in worker._workers
+    finally:
+        worker.shutdown()
+        worker._wanted.intersection_update({worker.PLAIN})

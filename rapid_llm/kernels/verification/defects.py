@@ -32,6 +32,11 @@
   element is within one rounding of a narrower float type (bf16 or fp16 for
   an fp32 result), the row computed in that type: ``precision_loss`` names
   the type and the elements, instead of a plain value mismatch;
+- **flush to zero**: when a case comes out wrong and its wrong elements came
+  back exactly 0 where the exact value is not, from inputs holding subnormal
+  fp32 values, the row flushes subnormals (FTZ: ``--use_fast_math``,
+  ``-ftz=true``, a ``.ftz`` instruction): ``flush_to_zero`` names the
+  elements and the rule they broke;
 - **several seeds**: a row whose output does not change when its input does
   is ``input_independent``; run twice on one input it is (or is not)
   deterministic, which is reported as a property.
@@ -54,7 +59,7 @@ from rapid_llm.kernels.platform import dtype_name
 
 __all__ = ["DEFECT_KINDS", "Defect", "output_like", "copy_for_row", "guarded", "poison_free_memory",
            "changed_arguments", "unwritten_count", "same_bits", "snapshot", "POISON_BYTE", "CANARY_BYTE",
-           "inside_bands", "out_of_bounds_reads", "precision_loss", "read_later", "DEFERRED_WAIT_S"]
+           "inside_bands", "out_of_bounds_reads", "precision_loss", "flush_to_zero", "read_later", "DEFERRED_WAIT_S"]
 
 #: What each kind of defect means; a Defect's ``kind`` is one of these keys.
 DEFECT_KINDS = {
@@ -64,6 +69,7 @@ DEFECT_KINDS = {
     "guard_band": "bytes changed next to an output: a write out of bounds",
     "out_of_bounds_read": "the result changes with the bytes next to an input: a read out of bounds",
     "precision_loss": "the wrong elements are right to a lower precision's rounding: computed in a narrower type",
+    "flush_to_zero": "wrong elements came back 0 from subnormal inputs: the row flushes subnormals (FTZ)",
     "deferred_work": "the result was written after the call returned (a host thread, or a stream nobody waits on)",
     "other_stream": "the work was not ordered on the current stream",
     "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
@@ -252,6 +258,39 @@ def precision_loss(got: torch.Tensor, exact: torch.Tensor, bad: torch.Tensor, dt
             return (f"{int(fits.sum())} of the {n_bad} wrong elements are within one {name} rounding of the exact "
                     f"value: the result was computed (or stored on the way) in {name}, not {dtype_name(dtype)}")
     return None
+
+
+def _subnormal_fp32(args: Sequence[Any]) -> int:
+    """How many values of the floating tensor arguments are subnormal once widened to fp32 (what a kernel
+    computing in fp32 sees, and what FTZ flushes)."""
+    tiny = torch.finfo(torch.float32).tiny
+    count = 0
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64 and a.numel():
+            v = a.detach().float().abs()
+            count += int(((v > 0) & (v < tiny)).sum())
+    return count
+
+
+def flush_to_zero(got: torch.Tensor, exact: torch.Tensor, bad: torch.Tensor, args: Sequence[Any]) -> str | None:
+    """A message when nearly all wrong elements (``bad``, a mask) came back exactly 0 where the exact value is a
+    nonzero number, and the case's inputs hold subnormal fp32 values: the row flushed them; None otherwise."""
+    n_bad = int(bad.sum())
+    subnormal = _subnormal_fp32(args)
+    if n_bad == 0 or subnormal == 0 or not got.is_floating_point():
+        return None
+    mask = bad.reshape(-1).to(got.device)
+    g = got.reshape(-1)[mask].to(torch.float64)
+    e = exact.reshape(-1).to(got.device)[mask]
+    flushed = (g == 0) & (e != 0) & e.isfinite()
+    if int(flushed.sum()) < PRECISION_SHARE * n_bad:
+        return None
+    where = mask.nonzero().reshape(-1)[flushed][:3].tolist()
+    sample = ", ".join(f"[{i}] = {float(exact.reshape(-1)[i]):.3g}" for i in where)
+    return (f"{int(flushed.sum())} of the {n_bad} wrong elements came back 0 where the exact value is not "
+            f"(e.g. {sample}), and the inputs hold {subnormal} subnormal fp32 values (|x| < "
+            f"{torch.finfo(torch.float32).tiny:.3g}): the row flushes subnormals to zero (FTZ: --use_fast_math, "
+            "-ftz=true or a .ftz instruction); the contract keeps them (IEEE gradual underflow)")
 
 
 def guard_band_defects(guards: list[_Guarded]) -> list[str]:

@@ -140,8 +140,8 @@ def _causes(run: Callable, args: tuple, got: Any, exact: torch.Tensor, magnitude
             tdtype: torch.dtype, ref: Reference, device: torch.device, right: Callable[[Any], bool],
             values_wrong: bool, defects: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The defects of a wrong case, with its cause named where a check can tell it (rapid_llm.kernels.verification.defects):
-    work on another stream or finishing after the return, then (for wrong values) a read out of bounds or a
-    narrower type. ``right(result)`` says whether a result passes the case."""
+    work on another stream or finishing after the return, then (for wrong values) a read out of bounds, flushed
+    subnormals or a narrower type. ``right(result)`` says whether a result passes the case."""
     symptom_gone = [d for d in defects if d[0] != "unwritten"]
     if device.type == "cuda":  # right when the device is idle, wrong on a busy stream?
         again = run(*args)
@@ -162,6 +162,9 @@ def _causes(run: Callable, args: tuple, got: Any, exact: torch.Tensor, magnitude
         return defects + [("out_of_bounds_read", m) for m in reads]
     if ref.compare is None and isinstance(got, torch.Tensor) and got.shape == exact.shape:
         errors = _cmp.element_errors(got, exact.to(got.device), tdtype, ulps=1.0, magnitude=magnitude)
+        flushed = _defects.flush_to_zero(got, exact, errors.diff > errors.allowed, args)
+        if flushed:
+            return defects + [("flush_to_zero", flushed)]
         narrow = _defects.precision_loss(got, exact, errors.diff > errors.allowed, tdtype)
         if narrow:
             return defects + [("precision_loss", narrow)]

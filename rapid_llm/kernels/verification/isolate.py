@@ -141,6 +141,21 @@ def sanitizer_wrapper(sanitizer: str, tool: str) -> worker.Wrapper:
     return command, (("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"), ("RAPID_LLM_GUARD_BANDS", "0"))
 
 
+def warm_sanitizers() -> tuple[str, ...]:
+    """The compute-sanitizer tools whose worker starts with the plain one: ``RAPID_LLM_WARM_SANITIZERS``
+    (comma-separated; empty for none), memcheck by default, the tool a kernel author reaches for first."""
+    return tuple(t.strip() for t in os.environ.get("RAPID_LLM_WARM_SANITIZERS", "memcheck").split(",") if t.strip())
+
+
+def prewarm() -> None:
+    """Start the warm workers in the background (a cell's row was built and is about to be verified): the
+    plain one, those this process has used, and the sanitizer tools of :func:`warm_sanitizers` where
+    compute-sanitizer is installed. Each holds a CUDA context (a few hundred MB) while it lives."""
+    sanitizer = sanitizer_path()
+    also = tuple(sanitizer_wrapper(sanitizer, tool) for tool in warm_sanitizers()) if sanitizer else ()
+    worker.prewarm(also)
+
+
 def run_child(recipe: dict[str, Any], *, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
               tool: str | None = None, timeout: float = TIMEOUT_S) -> ChildResult:
     """Run ``verify`` of the recipe's row in a child Python (under compute-sanitizer ``tool`` if given)."""

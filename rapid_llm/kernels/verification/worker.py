@@ -18,15 +18,18 @@ holds a CUDA context of its own (a few hundred MB of device memory) while it
 lives, and exits with this process (its stdin closes).
 
 A worker can also run under a wrapper command: ``verify(row, sanitize=...)``
-keeps one warm worker per compute-sanitizer tool (started by the first
-sanitized verify, and by :func:`prewarm` after that), so a sanitized verify
-pays the instrumented start-up once, not per call. A sanitizer worker whose
+keeps one warm worker per compute-sanitizer tool (memcheck's starts beside
+the plain one when a cell is built, see rapid_llm.kernels.verification.isolate.prewarm;
+another tool's with the first sanitized verify that asks for it, and by
+:func:`prewarm` after that), so a sanitized verify pays the instrumented
+start-up (about 9 s on an H200) once, in the background, not per call. A sanitizer worker whose
 job was reported on is replaced, like one whose context was lost.
 """
 from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import queue
 import subprocess
@@ -37,7 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-__all__ = ["Answer", "ask", "prewarm", "replace", "shutdown", "Wrapper", "PLAIN", "ENV_PREFIXES", "RESULT_MARK",
+__all__ = ["Answer", "ask", "prewarm", "start_seconds", "replace", "shutdown", "Wrapper", "PLAIN", "ENV_PREFIXES", "RESULT_MARK",
            "READY_MARK"]
 
 #: The prefix of a child's result line, the one line a parent reads (a fresh child's or the worker's).
@@ -85,6 +88,7 @@ class _Worker:
             env=dict(os.environ, PYTHONUNBUFFERED="1", **dict(extra_env)))
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.ready = False
+        self.start_s = math.nan  # the worker's own start-up (torch's import, CUDA's start), from its ready line
         threading.Thread(target=self._read, daemon=True, name="rapid_llm-verify-worker").start()
 
     def _read(self) -> None:
@@ -108,6 +112,7 @@ class _Worker:
                 return False, "\n".join(seen + [self.stderr_text()])
             if line.startswith(READY_MARK):
                 self.ready = True
+                self.start_s = float(json.loads(line[len(READY_MARK):]).get("start_s", math.nan))
                 return True, ""
             seen.append(line)
 
@@ -155,11 +160,19 @@ def _current(wrapper: Wrapper) -> _Worker:
     return worker
 
 
-def prewarm() -> None:
-    """Start the workers this process has used (the plain one at least) in the background, where none runs."""
+def prewarm(also: tuple[Wrapper, ...] = ()) -> None:
+    """Start the workers this process has used (the plain one at least), and ``also`` these, in the background,
+    where none runs."""
     with _lock:
+        _wanted.update(also)
         for wrapper in sorted(_wanted):
             _current(wrapper)
+
+
+def start_seconds(wrapper: Wrapper = PLAIN) -> float:
+    """How long that worker took to start (its own figure; NaN while it has not said it is ready)."""
+    worker = _workers.get(wrapper)
+    return worker.start_s if worker is not None else math.nan
 
 
 def ask(job: dict[str, Any], timeout: float, wrapper: Wrapper = PLAIN) -> Answer:

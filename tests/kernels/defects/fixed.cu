@@ -1,5 +1,5 @@
 // Fixed twin of mutates_input, writes_nothing, other_stream, constant_output, out_of_bounds,
-// uninit_global_read, null_write, device_assert and endless_loop: the plain correct kernel.
+// uninit_global_read, null_write, device_assert, endless_loop and flush_to_zero: the plain correct kernel.
 // Op scale (out = input * factor), fp32 / bf16 / fp16; launcher scale_fixed(out, input, factor).
 #include "common/rapid_llm.cuh"
 

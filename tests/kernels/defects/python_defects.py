@@ -54,3 +54,10 @@ def scale_computes_in_bf16(input: torch.Tensor, factor: float, out: torch.Tensor
     8 bits of mantissa (a cheat that is faster where the contract says fp32)."""
     result = (input.to(torch.bfloat16) * factor).to(input.dtype)
     return out.copy_(result) if out is not None else result
+
+
+def scale_flushes_subnormals(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """DEFECT flush_to_zero: subnormal inputs are taken as 0, as a kernel built with ``--use_fast_math`` (FTZ)
+    does; their products, normal numbers, come back 0."""
+    flushed = torch.where(input.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(input), input)
+    return torch.mul(flushed, factor, out=out) if out is not None else torch.mul(flushed, factor)
