@@ -24,14 +24,16 @@
 #   scripts/gpu_validate.sh OUTDIR verify  # verify's speed (warm worker, fresh child, memcheck), the cheat kernels
 #                                          # against bench and verify, notebook 07 executed (outputs saved) and
 #                                          # checked with strict nbval
+#   scripts/gpu_validate.sh OUTDIR shards FILE...  # the given test files dealt over 4 concurrent pytest shards
+#                                          # (largest first), for a re-run of part of the suite
 #   scripts/gpu_validate.sh OUTDIR quant   # scaled_fp8_quant and merge_attn_states: every GPU test, vLLM's
 #                                          # matrices included, and their figures over tokens
 #
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|verify|quant}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|jit|bench|llm|checks|newop|models|compare|verify|quant}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|shards|jit|bench|llm|checks|newop|models|compare|verify|quant}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|shards|jit|bench|llm|checks|newop|models|compare|verify|quant}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -61,6 +63,17 @@ case $stage in
     wait
     step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
     grep -h "passed\|failed\|error" "$out"/pytest_shard*.log "$out"/nbval_all.log "$out"/compare_tests.log | tail -n 12
+    ;;
+  shards)
+    mapfile -t files < <(ls -S "${@:3}")
+    for shard in 0 1 2 3; do
+      picked=()
+      for i in "${!files[@]}"; do (( i % 4 == shard )) && picked+=("${files[$i]}"); done
+      (( ${#picked[@]} )) && step "pytest_shard$shard" python -m pytest -q -rs -p no:cacheprovider --durations=5 \
+        "${picked[@]}" &
+    done
+    wait
+    grep -h "passed\|failed\|error" "$out"/pytest_shard*.log | tail -n 8
     ;;
   jit)
     step bench_build python benchmarks/jit/bench_build.py --out "$out/build_nvidia_h200.json"
@@ -118,6 +131,6 @@ case $stage in
       --results rapid_llm/kernels/results
     ;;
   *)
-    echo "unknown stage $stage (tests, suite, jit, bench, llm, checks, newop, models, compare, verify or quant)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, suite, shards, jit, bench, llm, checks, newop, models, compare, verify or quant)" >&2; exit 2 ;;
 esac
 exit $status

@@ -83,6 +83,12 @@ def describe(t: Any) -> str:
     return f"{shape_str(t)} {dtype} on {t.device}"
 
 
+def must_match(op: str, name: str, t: Any, ref_name: str, ref: Any) -> str:
+    """``op: out must match x's shape and dtype, got A vs B``: the one sentence every row (and each .cu
+    launcher's RL_CHECK) says when a tensor must have another's shape and dtype."""
+    return f"{op}: {name} must match {ref_name}'s shape and dtype, got {describe(t)} vs {describe(ref)}"
+
+
 def torch_dtype(short: str) -> Any:
     """``"bf16"`` -> ``torch.bfloat16``."""
     import torch

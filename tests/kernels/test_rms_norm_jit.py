@@ -71,14 +71,14 @@ def _w():
 BAD_CALLS = [
     (RMS, lambda: (torch.empty_like(_x()), _x(), cuda_randn(63), 1e-6), r"^rms_norm: weight must be \[64\]"),
     (RMS, lambda: (torch.empty_like(_x()), _x(), _w().float(), 1e-6), r"^rms_norm: weight must have x's dtype"),
-    (RMS, lambda: (cuda_randn(4, 32), _x(), _w(), 1e-6), r"^rms_norm: shapes/dtypes differ"),
+    (RMS, lambda: (cuda_randn(4, 32), _x(), _w(), 1e-6), r"^rms_norm: out must match x's shape and dtype"),
     (RMS, lambda: (cuda_randn(64, 4).t(), _x(), _w(), 1e-6),
      r"^rms_norm: out must have a contiguous last dim and one row stride"),
     (RMS, lambda: (torch.empty_like(_x()), _x(), _w().cpu(), 1e-6), r"^rms_norm: CUDA tensors only"),
     (RMS, lambda: (_x().double(), _x().double(), _w().double(), 1e-6),
      r"^rms_norm: dtype fp64 is not supported \(supported: bf16, fp16, fp32\)$"),
-    (FUSED, lambda: (_x(), cuda_randn(4, 32), _w(), 1e-6), r"^fused_add_rms_norm: shapes/dtypes differ"),
-    (FUSED, lambda: (_x(), _x().half(), _w(), 1e-6), r"^fused_add_rms_norm: shapes/dtypes differ"),
+    (FUSED, lambda: (_x(), cuda_randn(4, 32), _w(), 1e-6), r"^fused_add_rms_norm: residual must match x's shape"),
+    (FUSED, lambda: (_x(), _x().half(), _w(), 1e-6), r"^fused_add_rms_norm: residual must match x's shape"),
     (FUSED, lambda: (_x(), _x(), cuda_randn(8), 1e-6), r"^fused_add_rms_norm: weight must be \[64\]"),
 ]
 

@@ -5,6 +5,8 @@ A row whose toolchain or device is missing here is skipped with the reason its p
 """
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -81,35 +83,71 @@ def test_a_row_called_with_a_dtype_it_does_not_take_says_so_in_one_line(name, dt
     assert message.startswith(f"{row.op}:") and "\n" not in message, message
 
 
-def _weight_of_the_wrong_size(device: torch.device) -> dict[str, tuple]:
-    x, w = torch.randn(2, 16, device=device), torch.randn(8, device=device)
-    return {"rms_norm": (x, w, 1e-6), "fused_add_rms_norm": (x, torch.randn(2, 16, device=device), w, 1e-6)}
+def _r(d: torch.device, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, device=d).to(dtype)
 
 
-#: One bad input per op that every row must refuse in the same words as the native floor (the same type too):
-#: code that catches the error must not depend on which row served the call.
-BAD_INPUTS = {  # op -> device -> (args, kwargs)
-    "scale": lambda d: ((torch.randn(8, device=d), 2.0), {"out": torch.empty(4, device=d)}),
-    "rms_norm": lambda d: (_weight_of_the_wrong_size(d)["rms_norm"], {}),
-    "fused_add_rms_norm": lambda d: (_weight_of_the_wrong_size(d)["fused_add_rms_norm"], {}),
-    "silu_and_mul": lambda d: ((torch.randn(2, 7, device=d),), {}),
-    "rotary_embedding": lambda d: ((torch.arange(4, device=d), torch.randn(4, 16, device=d),
-                                    torch.randn(4, 16, device=d), 6, torch.randn(16, 6, device=d), True), {}),
-    "scaled_fp8_quant": lambda d: ((torch.empty(4, 16, device=d, dtype=torch.float8_e4m3fn),
-                                    torch.randn(4, 16, device=d), torch.empty(4, 1, device=d, dtype=torch.float16),
-                                    False), {}),
-    "merge_attn_states": lambda d: ((torch.empty(4, 2, 8, device=d), torch.empty(2, 4, device=d),
-                                     torch.randn(4, 2, 8, device=d), torch.randn(2, 4, device=d),
-                                     torch.randn(4, 2, 8, device=d), torch.randn(2, 5, device=d)), {}),
+def _e(d: torch.device, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(*shape, device=d, dtype=dtype)
+
+
+_FP8 = torch.float8_e4m3fn
+
+
+def _rope(d: torch.device, **changed) -> tuple[tuple, dict]:
+    args = dict(positions=torch.arange(4, device=d), q=_r(d, 4, 16), k=_r(d, 4, 16), head_size=8,
+                cos_sin_cache=_r(d, 16, 8), is_neox=True)
+    return tuple(dict(args, **changed).values()), {}  # positional: a .cu row takes its arguments so
+
+
+def _merge(d: torch.device, **changed) -> tuple[tuple, dict]:
+    args = dict(output=_e(d, 4, 2, 8), output_lse=_e(d, 2, 4), v_a=_r(d, 4, 2, 8), lse_a=_r(d, 2, 4),
+                v_b=_r(d, 4, 2, 8), lse_b=_r(d, 2, 4))
+    return tuple(dict(args, **changed).values()), {}
+
+
+def _quant(d: torch.device, **changed) -> tuple[tuple, dict]:
+    args = dict(output=_e(d, 4, 16, dtype=_FP8), x=_r(d, 4, 16), scales=_e(d, 4, 1), static=False)
+    return tuple(dict(args, **changed).values()), {}
+
+
+#: The bad inputs every row must refuse in the same words as the native floor (the same type too): code that
+#: catches the error must not depend on which row served the call. One entry per condition an op checks.
+BAD_INPUTS = {  # (op, condition) -> device -> (args, kwargs)
+    ("scale", "out of another shape"): lambda d: ((_r(d, 8), 2.0), {"out": _e(d, 4)}),
+    ("scale", "out of another dtype"): lambda d: ((_r(d, 8), 2.0), {"out": _e(d, 8, dtype=torch.float16)}),
+    ("rms_norm", "weight of the wrong size"): lambda d: ((_r(d, 2, 16), _r(d, 8), 1e-6), {}),
+    ("rms_norm", "weight of another dtype"): lambda d: ((_r(d, 2, 16), _r(d, 16, dtype=torch.float16), 1e-6), {}),
+    ("rms_norm", "out of another shape"): lambda d: ((_r(d, 2, 16), _r(d, 16), 1e-6), {"out": _e(d, 2, 8)}),
+    ("fused_add_rms_norm", "weight of the wrong size"): lambda d: ((_r(d, 2, 16), _r(d, 2, 16), _r(d, 8), 1e-6), {}),
+    ("fused_add_rms_norm", "residual of another shape"):
+        lambda d: ((_r(d, 2, 16), _r(d, 3, 16), _r(d, 16), 1e-6), {}),
+    ("fused_add_rms_norm", "residual of another dtype"):
+        lambda d: ((_r(d, 2, 16), _r(d, 2, 16, dtype=torch.float16), _r(d, 16), 1e-6), {}),
+    ("silu_and_mul", "an odd last dim"): lambda d: ((_r(d, 2, 7),), {}),
+    ("silu_and_mul", "out of another shape"): lambda d: ((_r(d, 2, 8),), {"out": _e(d, 2, 8)}),
+    ("rotary_embedding", "rot_dim over head_size"): lambda d: _rope(d, head_size=6, q=_r(d, 4, 12), k=_r(d, 4, 12)),
+    ("rotary_embedding", "head_size not dividing q"): lambda d: _rope(d, head_size=5, cos_sin_cache=_r(d, 16, 4)),
+    ("rotary_embedding", "q and k of other dtypes"): lambda d: _rope(d, k=_r(d, 4, 16, dtype=torch.float16)),
+    ("rotary_embedding", "positions of another length"): lambda d: _rope(d, positions=torch.arange(3, device=d)),
+    ("rotary_embedding", "float positions"): lambda d: _rope(d, positions=_r(d, 4)),
+    ("scaled_fp8_quant", "scales in fp16"): lambda d: _quant(d, scales=_e(d, 4, 1, dtype=torch.float16)),
+    ("scaled_fp8_quant", "output not fp8"): lambda d: _quant(d, output=_e(d, 4, 16)),
+    ("scaled_fp8_quant", "output of another shape"): lambda d: _quant(d, output=_e(d, 4, 8, dtype=_FP8)),
+    ("scaled_fp8_quant", "scales of no form"): lambda d: _quant(d, scales=_e(d, 4, 3)),
+    ("merge_attn_states", "an lse of another shape"): lambda d: _merge(d, lse_b=_r(d, 2, 5)),
+    ("merge_attn_states", "v_b of another shape"): lambda d: _merge(d, v_b=_r(d, 4, 2, 4)),
+    ("merge_attn_states", "v_a of no head dim"): lambda d: _merge(d, v_a=_r(d, 4, 16)),
 }
+_ROW_CONDITIONS = [(n, c) for n in _all_rows() for o, c in BAD_INPUTS if spec.get_row(n).op == o]
 
 
-@pytest.mark.parametrize("name", [n for n in _all_rows() if spec.get_row(n).op in BAD_INPUTS])
-def test_every_row_refuses_a_bad_input_as_the_floor_does(name):
-    device = _runnable(name)
+@pytest.mark.parametrize("name, condition", _ROW_CONDITIONS, ids=[f"{n}: {c}" for n, c in _ROW_CONDITIONS])
+def test_every_row_refuses_a_bad_input_as_the_floor_does(name, condition):
     row = spec.get_row(name)
+    device = _runnable(name)
     floor = next(r for r in spec.rows_for(row.op) if r.is_native)
-    args, kwargs = BAD_INPUTS[row.op](device)
+    args, kwargs = BAD_INPUTS[row.op, condition](device)
     with pytest.raises(Exception) as expected:
         floor.load()(*args, **kwargs)
     with pytest.raises(Exception) as caught:
@@ -118,12 +156,31 @@ def test_every_row_refuses_a_bad_input_as_the_floor_does(name):
     assert str(caught.value) == str(expected.value)
 
 
-@pytest.mark.parametrize("op", sorted(BAD_INPUTS))
-def test_dispatch_refuses_a_bad_input_as_the_floor_does(op, device):
+_LAUNCHER_CONDITIONS = [(n, c) for n, c in _ROW_CONDITIONS if spec.get_row(n).backend == "jit"]
+
+
+@pytest.mark.parametrize("name, condition", _LAUNCHER_CONDITIONS, ids=[f"{n}: {c}" for n, c in _LAUNCHER_CONDITIONS])
+def test_every_cuda_launcher_refuses_a_bad_input_as_the_floor_does(name, condition):
+    """The .cu launchers check shapes and dtypes before the device, so their words are compared on any machine
+    with the toolchain: CPU tensors reach the same RL_CHECK a GPU call would."""
+    if shutil.which("g++") is None or shutil.which("nvcc") is None:
+        pytest.skip("building a launcher needs g++ and the CUDA toolkit's headers (nvcc)")
+    row = spec.get_row(name)
+    floor = next(r for r in spec.rows_for(row.op) if r.is_native)
+    args, kwargs = BAD_INPUTS[row.op, condition](torch.device("cpu"))
+    with pytest.raises(ValueError) as expected:
+        floor.load()(*args, **kwargs)
+    with pytest.raises(ValueError) as caught:
+        row.target(*args, **kwargs)  # the launcher, bound as the row binds it (no device probe)
+    assert str(caught.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("op, condition", sorted(BAD_INPUTS), ids=[f"{o}: {c}" for o, c in sorted(BAD_INPUTS)])
+def test_dispatch_refuses_a_bad_input_as_the_floor_does(op, condition, device):
     import rapid_llm.kernels as K
 
     floor = next(r for r in spec.rows_for(op) if r.is_native)
-    args, kwargs = BAD_INPUTS[op](device)
+    args, kwargs = BAD_INPUTS[op, condition](device)
     with pytest.raises(ValueError) as expected:
         floor.load()(*args, **kwargs)
     with pytest.raises(ValueError) as caught:

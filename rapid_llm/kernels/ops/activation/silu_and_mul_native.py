@@ -4,7 +4,31 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rapid_llm.kernels.platform import describe, shape_str
+
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_args(x: torch.Tensor, out: torch.Tensor | None) -> int:
+    """I (half of x's last dim); ValueError naming the op for what every row refuses, in the CUDA launcher's
+    words (TypeError for a non-tensor)."""
+    try:
+        two_i = x.shape[-1] if x.dim() else 1
+    except AttributeError:
+        raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}") from None
+    if two_i % 2:
+        raise ValueError(f"silu_and_mul: the input's last dim must be even ([..., 2I]), got {shape_str(x)}")
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
+    inner = two_i // 2
+    if out is not None:
+        if tuple(out.shape) != (*x.shape[:-1], inner):
+            raise ValueError(f"silu_and_mul: out must be x's shape with the last dim halved, got out {describe(out)} "
+                             f"for x {describe(x)}")
+        if out.dtype != x.dtype or out.device != x.device:
+            raise ValueError(f"silu_and_mul: out and x must have one dtype, got out {describe(out)} and x "
+                             f"{describe(x)}")
+    return inner
 
 
 def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -17,22 +41,8 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     IEEE arithmetic: silu(+inf) = +inf, silu(-inf) = -inf / inf = NaN.
     The last dim must be even; an odd one raises ValueError.
     """
-    try:
-        two_i = x.shape[-1] if x.dim() else 1
-    except AttributeError:
-        raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}") from None
-    if two_i % 2:
-        raise ValueError(f"silu_and_mul: the input's last dim must be even ([..., 2I]), got {list(x.shape)}")
-    if x.dtype not in _DTYPES:
-        raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
-    inner = two_i // 2
+    inner = check_args(x, out)
     product = F.silu(x[..., :inner].float()).mul_(x[..., inner:])
     if out is None:
         return product.to(x.dtype)
-    want = (*x.shape[:-1], inner)
-    if tuple(out.shape) != want or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(
-            f"silu_and_mul: out must be {list(want)} {x.dtype} on {x.device} (x with the last dim halved), got "
-            f"{list(out.shape)} {out.dtype} on {out.device}"
-        )
     return out.copy_(product)

@@ -12,12 +12,12 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from rapid_llm.kernels.ops.activation.silu_and_mul_native import check_args
 from rapid_llm.kernels.registry.spec import row_stride
 
 #: Elements per program: a long row is split in BLOCK-wide chunks, short rows are stacked ROWS high.
 TILE = 2048
 MAX_BLOCK = 2048
-_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
@@ -50,33 +50,13 @@ def _row_stride(name: str, t: torch.Tensor) -> int:
     return stride
 
 
-def _check(x: torch.Tensor, out: torch.Tensor | None) -> int:
-    """Returns I; raises ValueError naming the op for what a kernel would otherwise misread."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}")
-    two_i = x.shape[-1] if x.dim() else 1
-    if two_i % 2:
-        raise ValueError(f"silu_and_mul: the input's last dim must be even ([..., 2I]), got {list(x.shape)}")
-    if x.dtype not in _DTYPES:
-        raise ValueError(f"silu_and_mul: x must be bf16, fp16 or fp32, got {x.dtype}")
-    inner = two_i // 2
-    if out is not None:
-        want = (*x.shape[:-1], inner)
-        if tuple(out.shape) != want or out.dtype != x.dtype or out.device != x.device:
-            raise ValueError(
-                f"silu_and_mul: out must be {list(want)} {x.dtype} on {x.device} (x with the last dim halved), "
-                f"got {list(out.shape)} {out.dtype} on {out.device}"
-            )
-    return inner
-
-
 def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """out = silu(x[..., :I]) * x[..., I:], the native row's fp32 recipe; an empty input launches nothing.
 
     A Triton row has no C++ launcher, so this wrapper is its launcher: it
     checks what a wrong pointer would otherwise turn into silent corruption.
     """
-    inner = _check(x, out)
+    inner = check_args(x, out)
     if out is None:
         out = torch.empty((*x.shape[:-1], inner), dtype=x.dtype, device=x.device)
     x_stride, out_stride = _row_stride("x", x), _row_stride("out", out)

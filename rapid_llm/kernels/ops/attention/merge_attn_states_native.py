@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.platform import describe
+from rapid_llm.kernels.platform import describe, must_match
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -35,14 +35,13 @@ def check_args(op: str, output: torch.Tensor, output_lse: torch.Tensor, v_a: tor
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
     if v_a.dim() != 3:
-        raise ValueError(f"{op}: v_a must be [tokens, heads, head_size], got {list(v_a.shape)}")
+        raise ValueError(f"{op}: v_a must be [tokens, heads, head_size], got {describe(v_a)}")
     if v_a.dtype not in _DTYPES:
         raise ValueError(f"{op}: v_a must be bf16, fp16 or fp32, got {v_a.dtype}")
     tokens, heads, _ = v_a.shape
     for name, t in (("output", output), ("v_b", v_b)):
         if t.shape != v_a.shape or t.dtype != v_a.dtype:
-            raise ValueError(f"{op}: {name} must match v_a ({list(v_a.shape)} {v_a.dtype}), got {list(t.shape)} "
-                             f"{t.dtype}")
+            raise ValueError(must_match(op, name, t, "v_a", v_a))
     for t in (output_lse, lse_a, lse_b):
         if tuple(t.shape) != (heads, tokens) or t.dtype != torch.float32:  # the CUDA launcher's words
             raise ValueError(f"{op}: out_lse, lse_a and lse_b must be [heads, tokens] = [{heads}, {tokens}] fp32, got "

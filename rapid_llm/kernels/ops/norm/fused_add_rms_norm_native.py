@@ -4,14 +4,14 @@ from __future__ import annotations
 import torch
 
 from rapid_llm.kernels.ops.norm.rms_norm_native import check_weight, normalized
+from rapid_llm.kernels.platform import must_match
 
 
 def check_residual(op: str, x: torch.Tensor, residual: torch.Tensor) -> None:
     if not isinstance(residual, torch.Tensor):
         raise TypeError(f"{op}: residual must be a tensor, got {type(residual).__name__}")
     if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
-        raise ValueError(f"{op}: residual must match x's shape/dtype/device, got {list(residual.shape)}"
-                         f" {residual.dtype} {residual.device} vs {list(x.shape)} {x.dtype} {x.device}")
+        raise ValueError(must_match(op, "residual", residual, "x", x))
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:

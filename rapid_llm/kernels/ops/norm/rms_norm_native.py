@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.platform import describe, must_match
+
 
 def check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
     """weight is [hidden] of x's dtype and device: what every row of both norm ops requires."""
@@ -13,9 +15,16 @@ def check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
         raise ValueError(f"{op}: x must have a hidden dimension, got a 0-d tensor")
     if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
         raise ValueError(f"{op}: weight must be [{x.shape[-1]}] (x's last dim), got {list(weight.shape)}")
-    if weight.dtype != x.dtype or weight.device != x.device:
-        raise ValueError(f"{op}: weight must match x's dtype and device, got {weight.dtype} on {weight.device}"
-                         f" vs {x.dtype} on {x.device}")
+    if weight.dtype != x.dtype:
+        raise ValueError(f"{op}: weight must have x's dtype, got {describe(weight)} vs {describe(x)}")
+    if weight.device != x.device:
+        raise ValueError(f"{op}: weight must be on x's device, got {describe(weight)} vs {describe(x)}")
+
+
+def check_out(op: str, out: torch.Tensor, x: torch.Tensor) -> None:
+    """out has x's shape, dtype and device (any row stride: the rows that take one say so)."""
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(must_match(op, "out", out, "x", x))
 
 
 def normalized(total: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -36,7 +45,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
     y = normalized(x.float(), weight, eps)
     if out is None:
         return y.to(x.dtype)
-    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"rms_norm: out must match x's shape/dtype/device, got {list(out.shape)} {out.dtype}"
-                         f" {out.device} vs {list(x.shape)} {x.dtype} {x.device}")
+    check_out("rms_norm", out, x)
     return out.copy_(y)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rapid_llm.kernels.ops.norm.rms_norm_native import check_weight
+from rapid_llm.kernels.ops.norm.rms_norm_native import check_out, check_weight
 from rapid_llm.kernels.registry.spec import row_stride
 
 #: The widest row kept whole in registers (one pass); a wider one is read twice, in CHUNK-element pieces.
@@ -127,9 +127,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
     check_dtype("rms_norm", x)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    elif out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"rms_norm: out must match x's shape/dtype/device, got {list(out.shape)} {out.dtype}"
-                         f" {out.device} vs {list(x.shape)} {x.dtype} {x.device}")
+    else:
+        check_out("rms_norm", out, x)
     check_contiguous("rms_norm", weight=weight)
     launch(x, None, weight, out, eps, check_rows("rms_norm", x=x, out=out))
     return out

@@ -39,11 +39,11 @@ def check_args(op: str, output: torch.Tensor, x: torch.Tensor, scales: torch.Ten
     if x.dtype not in _IN_DTYPES:
         raise ValueError(f"{op}: x must be bf16, fp16 or fp32, got {x.dtype}")
     if output.dtype != FP8:
-        raise ValueError(f"{op}: output must be float8_e4m3fn, got {output.dtype}")
+        raise ValueError(f"{op}: out must be float8_e4m3fn, got {describe(output)}")  # as the launchers say
     if scales.dtype != torch.float32:
         raise ValueError(f"{op}: scales must be float32, got {describe(scales)}")  # the CUDA launcher's words
     if output.shape != x.shape:
-        raise ValueError(f"{op}: output must have x's shape {list(x.shape)}, got {list(output.shape)}")
+        raise ValueError(f"{op}: out must have x's shape, got {describe(output)} for x {describe(x)}")
     if not (output.device == x.device == scales.device):
         raise ValueError(f"{op}: output, x and scales must be on one device, got {output.device}, {x.device}, "
                          f"{scales.device}")

@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads)
 #if RL_HOST
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace merge_detail {
 
@@ -141,16 +142,18 @@ void merge_attn_states(rl::Tensor out, rl::Tensor out_lse, rl::Tensor v_a, rl::T
                        rl::Tensor lse_b) {
   // Step 1: validate.
   const char* op = "merge_attn_states";
-  rl::check_cuda(op, {out, out_lse, v_a, lse_a, v_b, lse_b});
   RL_CHECK(v_a.dim() == 3, op, ": v_a must be [tokens, heads, head_size], got ", v_a.describe());
-  rl::check_same(op, out, v_a);
-  rl::check_same(op, v_b, v_a);
+  for (const auto& [name, t] : {std::pair<const char*, const rl::Tensor*>{"output", &out}, {"v_b", &v_b}}) {
+    RL_CHECK(t->same_shape(v_a) && t->dtype() == v_a.dtype(), op, ": ", name, " must match v_a's shape and dtype, got ",
+             t->describe(), " vs ", v_a.describe());  // platform.must_match's words
+  }
   const int64_t tokens = v_a.size(0), heads = v_a.size(1), head_size = v_a.size(2);
   for (const rl::Tensor* t : {&out_lse, &lse_a, &lse_b}) {
     RL_CHECK(t->dim() == 2 && t->size(0) == heads && t->size(1) == tokens && t->dtype() == RL_FP32, op,
              ": out_lse, lse_a and lse_b must be [heads, tokens] = [", heads, ", ", tokens, "] fp32, got ",
              t->describe());
   }
+  rl::check_cuda(op, {out, out_lse, v_a, lse_a, v_b, lse_b});  // device last: a CPU build checks the words above
   rl::check_contiguous(op, {out, out_lse, v_a, lse_a, v_b, lse_b});
 
   // Step 2: extract. An empty tensor launches nothing.

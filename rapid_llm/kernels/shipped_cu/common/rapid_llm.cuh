@@ -13,7 +13,7 @@
 //   #if RL_HOST
 //   template <typename T> __global__ void scale_kernel(T* out, const T* in, float f, int64_t n);
 //   void scale(rl::Tensor out, rl::Tensor input, double factor) {
-//     rl::check_cuda("scale", {out, input}); ...                       // 1. validate
+//     rl::check_same("scale", out, input); rl::check_cuda(...); ...   // 1. validate (the device last)
 //     const int64_t n = input.numel(); if (n == 0) return;             // 2. extract
 //     rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "scale", [&](auto tag) {
 //       using T = typename decltype(tag)::type;                          // 3. launch

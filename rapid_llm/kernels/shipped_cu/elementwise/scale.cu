@@ -83,9 +83,9 @@ inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p
 
 void scale_vec(rl::Tensor out, rl::Tensor input, double factor) {
   // Step 1: validate.
-  rl::check_cuda("scale", {out, input});
-  rl::check_contiguous("scale", {out, input});
   rl::check_same("scale", out, input);
+  rl::check_cuda("scale", {out, input});  // device last: the shape facts hold anywhere, so a CPU build checks them
+  rl::check_contiguous("scale", {out, input});
 
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = input.numel();

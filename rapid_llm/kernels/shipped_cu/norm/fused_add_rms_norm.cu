@@ -10,9 +10,11 @@
 #if RL_HOST
 void fused_add_rms_norm(rl::Tensor x, rl::Tensor residual, rl::Tensor weight, double eps) {
   // Step 1: validate.
-  rl::check_cuda("fused_add_rms_norm", {x, residual, weight});
-  rl::check_same("fused_add_rms_norm", x, residual);
+  RL_CHECK(residual.same_shape(x) && residual.dtype() == x.dtype(),
+           "fused_add_rms_norm: residual must match x's shape and dtype, got ", residual.describe(), " vs ",
+           x.describe());  // platform.must_match's words
   const int64_t hidden = rms_norm_detail::check_weight("fused_add_rms_norm", x, weight);
+  rl::check_cuda("fused_add_rms_norm", {x, residual, weight});  // device last: a CPU build checks the words above
 
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = x.numel();

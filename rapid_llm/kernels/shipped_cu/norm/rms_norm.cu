@@ -16,9 +16,10 @@
 #if RL_HOST
 void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
   // Step 1: validate.
-  rl::check_cuda("rms_norm", {out, x, weight});
-  rl::check_same("rms_norm", out, x);
+  RL_CHECK(out.same_shape(x) && out.dtype() == x.dtype(), "rms_norm: out must match x's shape and dtype, got ",
+           out.describe(), " vs ", x.describe());  // platform.must_match's words
   const int64_t hidden = rms_norm_detail::check_weight("rms_norm", x, weight);
+  rl::check_cuda("rms_norm", {out, x, weight});  // device last: a CPU build checks the words above
 
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = x.numel();

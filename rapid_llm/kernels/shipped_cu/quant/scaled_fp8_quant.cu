@@ -350,11 +350,10 @@ void launch_quant(uint8_t* out, const T* x, float* scales, int64_t n_groups, int
 void scaled_fp8_quant(rl::Tensor out, rl::Tensor x, rl::Tensor scales, bool is_static) {
   // Step 1: validate. The groups follow from the scales' shape: [1] one for the tensor, [..., G] G per token.
   const char* op = "scaled_fp8_quant";
-  rl::check_cuda(op, {out, x, scales});
   RL_CHECK(out.dtype() == RL_FP8_E4M3, op, ": out must be float8_e4m3fn, got ", out.describe());
   RL_CHECK(scales.dtype() == RL_FP32, op, ": scales must be float32, got ", scales.describe());
   RL_CHECK(out.same_shape(x), op, ": out must have x's shape, got ", out.describe(), " for x ", x.describe());
-  RL_CHECK(x.dim() >= 1 && x.size(-1) >= 1, op, ": x must be [..., H] with H >= 1, got ", x.describe());
+  RL_CHECK(x.dim() >= 1 && x.size(-1) >= 1, op, ": x must be [..., H] with H >= 1, got ", x.shape_str());
   rl::check_contiguous(op, {out, x, scales});
   const int64_t hidden = x.size(-1);
   int64_t n_groups = 1, size = x.numel();
@@ -362,10 +361,11 @@ void scaled_fp8_quant(rl::Tensor out, rl::Tensor x, rl::Tensor scales, bool is_s
     bool ok = scales.dim() == x.dim() && scales.size(-1) >= 1 && hidden % scales.size(-1) == 0;
     for (int64_t d = 0; ok && d + 1 < x.dim(); ++d) ok = scales.size(d) == x.size(d);
     RL_CHECK(ok, op, ": scales must be [1] (per tensor) or [..., G] with x's leading dims and G dividing H = ", hidden,
-             " (G groups per token), got ", scales.describe(), " for x ", x.describe());
+             " (G groups per token), got ", scales.shape_str(), " for x ", x.shape_str());
     n_groups = scales.numel();
     size = hidden / scales.size(-1);
   }
+  rl::check_cuda(op, {out, x, scales});  // device last: a CPU build checks the words above
   RL_CHECK(n_groups <= 0x7fffffffLL, op, ": ", n_groups, " groups is past the grid's 2^31 - 1 blocks");
 
   // Step 2: extract; Step 3: launch on torch's current stream (rl::launch checks each launch).

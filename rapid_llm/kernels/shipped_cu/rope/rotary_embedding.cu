@@ -205,7 +205,6 @@ bool vector_ok(const rl::Tensor& t, const HeadView& v, int64_t run) {
 void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t head_size, rl::Tensor cos_sin_cache,
                       bool is_neox) {
   // Step 1: validate.
-  rl::check_cuda(kOp, {positions, q, k, cos_sin_cache});
   RL_CHECK(positions.dtype() == RL_INT64 || positions.dtype() == RL_INT32, kOp,
            ": positions must be an int64 or int32 tensor, got ", positions.describe());
   RL_CHECK(positions.dim() == 1, kOp, ": positions must be 1-D [T], got ", positions.shape_str());
@@ -222,6 +221,7 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
            rot_dim);
   RL_CHECK(rot_dim <= head_size, kOp, ": rot_dim ", rot_dim, " exceeds head_size ", head_size);
   RL_CHECK(qv.heads + kv.heads < (int64_t{1} << 30), kOp, ": too many heads (", qv.heads, " + ", kv.heads, ")");
+  rl::check_cuda(kOp, {positions, q, k, cos_sin_cache});  // device last: a CPU build checks the words above
 
   // Step 2: extract. No tokens or no heads launches nothing.
   if (tokens == 0 || qv.heads + kv.heads == 0) return;
