@@ -26,7 +26,8 @@ DEFECTS = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "defect
 #: (source stem, how it is checked): "verify" in this process, "sanitize:<tool>", or "child" (crash or hang).
 CASES = [
     ("mutates_input", "verify"), ("writes_nothing", "verify"), ("other_stream", "verify"),
-    ("constant_output", "verify"), ("out_of_bounds", "verify"), ("uninit_global_read", "verify"),
+    ("constant_output", "verify"), ("out_of_bounds", "verify"), ("reads_past_end", "verify"),
+    ("flush_to_zero", "verify"), ("uninit_global_read", "verify"),
     ("out_of_bounds", "sanitize:memcheck"), ("race", "sanitize:racecheck"), ("race_fixed", "sanitize:racecheck"),
     ("null_write", "child"), ("device_assert", "child"), ("endless_loop", "child"), ("fixed", "verify"),
 ]
