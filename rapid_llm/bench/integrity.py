@@ -13,7 +13,9 @@ times (warm-up detection). The harness answers each while it times (rapid_llm.be
   their inputs and results; afterwards each is compared with the op's floor row (``bench(...,
   reference=)``; bench_op and compare pass it) or else an untimed call of the row itself, on the same
   content at new addresses. A pointer memo, a result cached from another call, or work skipped once
-  warm-up is over returns something else there: ``timed_output_wrong``;
+  warm-up is over returns something else there: ``timed_output_wrong``. One more call at a checked call's
+  own addresses, new content written there first, catches a memo keyed by pointer even when every timed
+  call had addresses of its own (a rotation longer than the run): ``pointer_memo``;
 * **a memo probe**: timed passes the same in every way but that each call gets one content the row
   has already seen (copied into the rotating sets as new content is) instead of new content. A row
   that is twice as fast on content it has seen, on every call, remembers instead of computing:
@@ -39,6 +41,8 @@ REFUSALS = {
     "timed_output_wrong": "a timed call's result differs from the reference's on the same content at new "
                           "addresses: the row remembers by pointer, returns a result cached from another call, "
                           "or skips work once warm-up is over",
+    "pointer_memo": "a call at addresses the row had already seen, with new content there, returned the result "
+                    "of the content it saw before: the row remembers results by pointer",
     "content_memo": "calls on content the row has already seen are much faster than on new content: the row "
                     "remembers results instead of computing them",
     "persisting_l2": "the row set a persisting-L2 carve-out or access-policy window, which keeps its data in L2 "
@@ -194,6 +198,26 @@ class Guard:
             if why:
                 raise BenchRefused("timed_output_wrong", label,
                                    f"timed call {position - self.warmup + 1} of {self.repeats}: {why}")
+        if self.checked:
+            self._check_addresses(fn, label, reference, min(self.checked))
+
+    def _check_addresses(self, fn: Callable[..., Any], label: str, reference: Callable[..., Any] | None,
+                         position: int) -> None:
+        """One more call at the addresses of timed call ``position``, new content written there first, against
+        ``reference`` on a copy. A rotation longer than the run gives each timed call addresses of its own, so a
+        pointer memo never hits while timed (and gains nothing); this call is where it shows, by name."""
+        args, kwargs = self.sets[self.set_of(position)]
+        self._refresh(args, kwargs)
+        copy_args, copy_kwargs = self.clone_set(args, kwargs)
+        got = _copy(fn(*args, **kwargs))
+        inputs_after = [t.clone() for t in _tensors(args, kwargs)]
+        want = (reference or fn)(*copy_args, **copy_kwargs)
+        why = compare(got, want) or next(
+            (w for i, (g, t) in enumerate(zip(inputs_after, _tensors(copy_args, copy_kwargs)))
+             if (w := compare(g, t, f"argument tensor {i} after the call"))), None)
+        if why:
+            raise BenchRefused("pointer_memo", label, f"at the addresses of timed call "
+                                                      f"{position - self.warmup + 1}, with new content: {why}")
 
     def memo_key(self, fn: Callable[..., Any]) -> tuple:
         return (id(fn), tuple((tuple(t.shape), t.dtype) for t in _tensors(*self.sets[0])))

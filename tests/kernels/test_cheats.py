@@ -80,6 +80,27 @@ def test_bench_without_a_reference_still_catches_a_pointer_memo():
     assert caught.value.kind == "timed_output_wrong"
 
 
+def test_a_pointer_memo_is_named_when_no_timed_call_reused_an_address():
+    """A rotation longer than the run (a small op on a GPU: hundreds of sets) gives every timed call addresses
+    of its own: the memo never hits while timed, and the call at a checked call's addresses with new content
+    names it."""
+    from rapid_llm.bench.harness import _clone_set
+    from rapid_llm.bench.integrity import Guard
+
+    x = torch.randn(4097)
+    sets = [((x, 3.0), {})] + [_clone_set((x, 3.0), {}) for _ in range(40)]
+    guard = Guard(sets, warmup=2, repeats=10, device=x.device, clone_set=_clone_set)
+    assert guard.total <= len(sets)  # no set is used twice
+    guard.start()
+    for position in range(guard.total):
+        guard.before(position)
+        args, kwargs = sets[guard.set_of(position)]
+        guard.after(position, cheat_rows.scale_memo_by_pointer(*args, **kwargs))
+    with pytest.raises(BenchRefused) as caught:
+        guard.check(cheat_rows.scale_memo_by_pointer, "pointer memo", _floor)
+    assert caught.value.kind == "pointer_memo", str(caught.value)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_no_bench_verdict_on_the_shipped_rows(seed, device):
