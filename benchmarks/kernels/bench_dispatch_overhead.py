@@ -38,7 +38,7 @@ def import_other_revision(tree: Path, alias: str = "rapid_llm_prev") -> Any:
 
     The copy's modules name their package as ``alias`` wherever they name a module (``rapid_llm.`` and
     ``import rapid_llm``, in code and in string references alike), so the two revisions share no module.
-    Other text keeps its words: the ``// rapid_llm row:`` line its shipped .cu rows are found by, and the
+    Other text keeps its words: the runtime's header names (``rapid_llm.cuh``), the ``// rapid_llm row:`` line its shipped .cu rows are found by, and the
     custom-op namespace (whose ops this revision defined first: the other one's stay eager, which is all a
     per-call figure needs).
     """
@@ -48,7 +48,8 @@ def import_other_revision(tree: Path, alias: str = "rapid_llm_prev") -> Any:
     root = Path(tempfile.mkdtemp(prefix="rapid_llm_other_"))
     dst = root / alias
     shutil.copytree(src, dst)
-    word = re.compile(r"\brapid_llm(?=\.)|(?<=import )rapid_llm\b|(?<=from )rapid_llm\b")
+    # rapid_llm.<name> names a module; rapid_llm.cuh and rapid_llm.h name the .cu runtime's headers (files).
+    word = re.compile(r"\brapid_llm(?=\.(?!cuh?\b|h\b))|(?<=import )rapid_llm\b|(?<=from )rapid_llm\b")
     for path in dst.rglob("*.py"):
         path.write_text(word.sub(alias, path.read_text()))
     sys.path.insert(0, str(root))
