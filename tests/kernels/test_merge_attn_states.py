@@ -48,7 +48,10 @@ def vllm_case(tokens: int, heads: int, head_size: int, dtype: torch.dtype, devic
     la, lb = torch.randn((heads, tokens), generator=gen), torch.randn((heads, tokens), generator=gen)
     ma, mb = R.vllm_masks(heads, tokens, gen)
     la[ma], lb[mb] = INF, INF
-    return R.case(tokens, heads, head_size, dtype, device, gen, la, lb)
+    # The values made where they are used: vLLM's largest case is 2 x 67M elements, slow to draw on a CPU.
+    on_device = torch.Generator(device=device).manual_seed(seed)
+    va, vb = (torch.randn((tokens, heads, head_size), generator=on_device, device=device) for _ in range(2))
+    return R.case(tokens, heads, head_size, dtype, device, gen, la, lb, va, vb)
 
 
 @pytest.mark.parametrize("head_size", R.VLLM_HEAD_SIZES)

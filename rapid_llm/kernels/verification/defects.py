@@ -255,8 +255,12 @@ def precision_loss(got: torch.Tensor, exact: torch.Tensor, bad: torch.Tensor, dt
         fits = (g - e).abs() <= eps * e.abs() + torch.finfo(narrow).tiny
         if int(fits.sum()) >= PRECISION_SHARE * n_bad:
             name = dtype_name(narrow)
+            where = bad.reshape(-1).nonzero().reshape(-1)[:3].tolist()
+            sample = ", ".join(f"[{i}] = {float(got.reshape(-1)[i]):.9g} for {float(exact.reshape(-1)[i]):.9g}"
+                               for i in where)
             return (f"{int(fits.sum())} of the {n_bad} wrong elements are within one {name} rounding of the exact "
-                    f"value: the result was computed (or stored on the way) in {name}, not {dtype_name(dtype)}")
+                    f"value (e.g. {sample}): the result was computed (or stored on the way) in {name}, not "
+                    f"{dtype_name(dtype)}, and so outside the rule for {dtype_name(dtype)}")
     return None
 
 
