@@ -150,7 +150,8 @@ def paired(calls: dict[str, tuple[Callable[..., Any], bool]], a: str, b: str, ar
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--decode", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--decode", type=int, nargs="*", default=[1, 2, 4, 8, 16, 128],
+                        help="token counts replayed from CUDA graphs (128: the top of where the elementwise ops matter)")
     parser.add_argument("--prefill", type=int, nargs="*", default=[4096, 16384])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=20,
