@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-__all__ = ["Answer", "ask", "prewarm", "start_seconds", "replace", "shutdown", "Wrapper", "PLAIN", "ENV_PREFIXES", "RESULT_MARK",
-           "READY_MARK"]
+__all__ = ["Answer", "ask", "prewarm", "start_seconds", "replace", "shutdown", "Wrapper", "PLAIN", "ENV_PREFIXES",
+           "RESULT_MARK", "READY_MARK"]
 
 #: The prefix of a child's result line, the one line a parent reads (a fresh child's or the worker's).
 RESULT_MARK = "RAPID_LLM_CHILD_RESULT "
