@@ -37,6 +37,14 @@ def device() -> torch.device:
 
 
 @pytest.fixture(autouse=True)
+def no_sanitizer_prewarm(monkeypatch):
+    """A test's cell build starts no compute-sanitizer worker beside the plain one (each holds a CUDA context
+    and seconds of instrumented start-up); a test that sanitizes starts its tool's worker on demand, and the
+    test of the prewarm sets the variable itself. Notebooks under nbval keep the user's default."""
+    monkeypatch.setenv("RAPID_LLM_WARM_SANITIZERS", "")
+
+
+@pytest.fixture(autouse=True)
 def fresh_registry():
     """Each test gets a registry of its own, holding the shipped ops: nothing a test registers,
     re-verifies or declares can leak into the next one."""
