@@ -120,7 +120,7 @@ case $stage in
     step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_cheats.py tests/bench/test_harness.py
     step cheat_table python scripts/cheat_table.py
     step verify_times python benchmarks/kernels/bench_verify.py --cells scale_vec rms_norm_cell --edits 10 --fresh 3 \
-      --memcheck 3 --out "$out/verify_times.json"
+      --memcheck 10 --memcheck-fresh 3 --out "$out/verify_times.json"
     step notebook_07 python scripts/run_notebooks.py notebooks/07_find_wrong_kernels.ipynb
     step nbval_07 python -m pytest -q -p no:cacheprovider --nbval notebooks/07_find_wrong_kernels.ipynb
     ;;

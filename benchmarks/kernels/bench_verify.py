@@ -1,7 +1,7 @@
 """How long verify takes right after a cell's build: the warm worker against a fresh child, same process.
 
     python benchmarks/kernels/bench_verify.py [--cells scale_vec rms_norm_cell] [--edits 10] [--fresh 10]
-                                              [--memcheck 3] [--out FILE.json]
+                                              [--memcheck 3] [--memcheck-fresh 0] [--out FILE.json]
 
 For each cell (notebook 01's vectorised scale, notebook 06's rms_norm), each
 "edit" writes the cell with one new comment line (a new source digest, so
@@ -70,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--edits", type=int, default=10, help="edits verified with the warm worker, per cell")
     parser.add_argument("--fresh", type=int, help="edits verified in a fresh child, per cell (default: --edits)")
     parser.add_argument("--memcheck", type=int, default=3, help="verify(sanitize=('memcheck',)) runs per cell")
+    parser.add_argument("--memcheck-fresh", type=int, default=0,
+                        help="the same in a fresh sanitized process per call (the path before the warm memcheck "
+                             "worker), interleaved with the warm ones, per cell")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -91,14 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (warm if mode else fresh).append(seconds)
                 if mode:
                     notes.append(next((n for n in row_notes if n.startswith("first run")), ""))
-        memcheck = []  # the worker started at the first build (isolate.prewarm); a job it reports on replaces it
-        for edit in range(args.memcheck):
-            row = edited_row(name, 1000 + edit, workdir)
-            memcheck.append(timed_verify(row, True, sanitize=("memcheck",))[0])
+        memcheck, memcheck_fresh = [], []  # the warm worker started at the first build (isolate.prewarm)
+        for edit in range(max(args.memcheck, args.memcheck_fresh)):
+            for warm_mode, times, n in ((True, memcheck, args.memcheck), (False, memcheck_fresh, args.memcheck_fresh)):
+                if edit < n:
+                    row = edited_row(name, 1000 + 2 * edit + int(warm_mode), workdir)
+                    times.append(timed_verify(row, warm_mode, sanitize=("memcheck",))[0])
         sanitizer = isolate.sanitizer_path()
         memcheck_start = worker.start_seconds(isolate.sanitizer_wrapper(sanitizer, "memcheck")) if sanitizer \
             else float("nan")
-        cell = {"warm_s": warm, "fresh_s": fresh, "memcheck_s": memcheck, "warm_notes": notes,
+        cell = {"warm_s": warm, "fresh_s": fresh, "memcheck_s": memcheck, "memcheck_fresh_s": memcheck_fresh,
+                "warm_notes": notes,
                 "memcheck_worker_start_s": memcheck_start, "worker_start_s": worker.start_seconds()}
         doc["cells"][name] = cell
         fresh_text = (f"fresh child {statistics.median(fresh):.2f} s (median of {len(fresh)}, "
@@ -112,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  memcheck: {', '.join(f'{s:.2f}' for s in memcheck)}  (the worker itself took "
               f"{memcheck_start:.2f} s to start, in the background from the first build; the plain worker "
               f"{worker.start_seconds():.2f} s)")
+        if memcheck_fresh:
+            print(f"  memcheck in a fresh sanitized process per call: median {statistics.median(memcheck_fresh):.2f} s"
+                  f" of {len(memcheck_fresh)} ({', '.join(f'{s:.2f}' for s in memcheck_fresh)}); the warm worker's "
+                  f"median {statistics.median(memcheck):.2f} s of {len(memcheck)}, interleaved")
         print(f"  a warm call's notes: {notes[len(notes) // 2]}")
     if args.out:
         platform.write_atomic(args.out, json.dumps(doc, indent=1) + "\n")
