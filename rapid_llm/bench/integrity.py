@@ -19,7 +19,8 @@ times (warm-up detection). The harness answers each while it times (rapid_llm.be
 * **a memo probe**: timed passes the same in every way but that each call gets one content the row
   has already seen (copied into the rotating sets as new content is) instead of new content. A row
   that is twice as fast on content it has seen, on every call, remembers instead of computing:
-  ``content_memo``;
+  ``content_memo``, once a second probe round agrees (a burst of load on the machine can slow one
+  round's new-content passes; a memo is fast every time);
 * the warm-up count varies at random, so counting calls does not find the timed ones.
 
 The persisting-L2 cap is rapid_llm.bench.l2_persist's (``persisting_l2``). Each refusal raises
@@ -239,12 +240,17 @@ class Guard:
         return (Guard(self.sets, 2, repeats, self.device, self.clone_set, fixed=fixed),
                 Guard(self.sets, 2, repeats, self.device, self.clone_set, checks=False))
 
+    @staticmethod
+    def looks_like_memo(seen_us: list[float], new_us: list[float]) -> bool:
+        """Seen content much faster than new: the medians far apart, and every seen call faster than every new
+        one (a memo hits each time; a stall in one pass, such as a host gap the GPU waited through, moves a
+        median but not every call)."""
+        return statistics.median(seen_us) < MEMO_RATIO * statistics.median(new_us) and max(seen_us) < min(new_us)
+
     def judge_memo(self, fn: Callable[..., Any], seen_us: list[float], new_us: list[float], label: str) -> None:
         """Raise BenchRefused (content_memo) when seen content ran much faster than new content."""
-        new, seen = statistics.median(new_us), statistics.median(seen_us)
-        # Both: the medians far apart, and every seen call faster than every new one (a memo hits each time;
-        # a stall in one pass, such as a host gap the GPU waited through, moves a median but not every call).
-        if seen < MEMO_RATIO * new and max(seen_us) < min(new_us):
+        if self.looks_like_memo(seen_us, new_us):
+            new, seen = statistics.median(new_us), statistics.median(seen_us)
             raise BenchRefused("content_memo", label, f"{seen:.2f} us per call on content it had seen, {new:.2f} us "
                                                       f"on new content (medians of {len(seen_us)} and {len(new_us)})")
         _PROBED[self.memo_key(fn)] = fn  # held, so its id is not reused by another callable
