@@ -123,6 +123,14 @@ def compare(got: Any, want: Any, where: str = "result") -> str | None:
     return None
 
 
+def _differs(got: Any, inputs_after: list[torch.Tensor], want: Any, want_args: tuple, want_kwargs: dict) -> str | None:
+    """Why a call (its result, and its tensor arguments afterwards: an in-place op's output) is not the reference
+    call's on the same content (``want``, and ``want_args``/``want_kwargs`` after it), or None."""
+    return compare(got, want) or next(
+        (w for i, (g, t) in enumerate(zip(inputs_after, _tensors(want_args, want_kwargs)))
+         if (w := compare(g, t, f"argument tensor {i} after the call"))), None)
+
+
 class Guard:
     """New content for each call over the rotating argument sets, and the checked calls' evidence.
 
@@ -193,9 +201,7 @@ class Guard:
             args, kwargs = self.before_copies[position]
             want = (reference or fn)(*args, **kwargs)
             got, inputs_after = self.after_copies[position]
-            why = compare(got, want) or next(
-                (w for i, (g, t) in enumerate(zip(inputs_after, _tensors(args, kwargs)))
-                 if (w := compare(g, t, f"argument tensor {i} after the call"))), None)
+            why = _differs(got, inputs_after, want, args, kwargs)
             if why:
                 raise BenchRefused("timed_output_wrong", label,
                                    f"timed call {position - self.warmup + 1} of {self.repeats}: {why}")
@@ -213,9 +219,7 @@ class Guard:
         got = _copy(fn(*args, **kwargs))
         inputs_after = [t.clone() for t in _tensors(args, kwargs)]
         want = (reference or fn)(*copy_args, **copy_kwargs)
-        why = compare(got, want) or next(
-            (w for i, (g, t) in enumerate(zip(inputs_after, _tensors(copy_args, copy_kwargs)))
-             if (w := compare(g, t, f"argument tensor {i} after the call"))), None)
+        why = _differs(got, inputs_after, want, copy_args, copy_kwargs)
         if why:
             raise BenchRefused("pointer_memo", label, f"at the addresses of timed call "
                                                       f"{position - self.warmup + 1}, with new content: {why}")

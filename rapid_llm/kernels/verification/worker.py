@@ -22,7 +22,7 @@ keeps one warm worker per compute-sanitizer tool (memcheck's starts beside
 the plain one when a cell is built, see rapid_llm.kernels.verification.isolate.prewarm;
 another tool's with the first sanitized verify that asks for it, and by
 :func:`prewarm` after that), so a sanitized verify pays the instrumented
-start-up (about 9 s on an H200) once, in the background, not per call. A sanitizer worker whose
+start-up (4 s for memcheck's worker on an H200) once, in the background, not per call. A sanitizer worker whose
 job was reported on is replaced, like one whose context was lost.
 """
 from __future__ import annotations
