@@ -24,6 +24,9 @@
 #   scripts/gpu_validate.sh OUTDIR verify  # verify's speed (warm worker, fresh child, memcheck), the cheat kernels
 #                                          # against bench and verify, notebook 07 executed (outputs saved) and
 #                                          # checked with strict nbval
+#   scripts/gpu_validate.sh OUTDIR parallel # the whole suite over WORKERS pytest-xdist workers (default 8, tests
+#                                          # dealt one at a time), compare's timing tests alone after it, then
+#                                          # strict nbval of every notebook over the workers (one notebook each)
 #   scripts/gpu_validate.sh OUTDIR shards FILE...  # the given test files dealt over 4 concurrent pytest shards
 #                                          # (largest first), for a re-run of part of the suite
 #   scripts/gpu_validate.sh OUTDIR quant   # scaled_fp8_quant and merge_attn_states: every GPU test, vLLM's
@@ -32,8 +35,8 @@
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|shards|jit|bench|llm|checks|newop|models|compare|verify|quant}
-stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|shards|jit|bench|llm|checks|newop|models|compare|verify|quant}
+out=${1:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|parallel|shards|jit|bench|llm|checks|newop|models|compare|verify|quant}
+stage=${2:?usage: scripts/gpu_validate.sh OUTDIR tests|suite|parallel|shards|jit|bench|llm|checks|newop|models|compare|verify|quant}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d -t rapid_llm_gpu_XXXX)}
@@ -63,6 +66,14 @@ case $stage in
     wait
     step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
     grep -h "passed\|failed\|error" "$out"/pytest_shard*.log "$out"/nbval_all.log "$out"/compare_tests.log | tail -n 12
+    ;;
+  parallel)
+    python -c "import xdist" 2>/dev/null || { echo "the parallel stage needs pytest-xdist (pip install pytest-xdist)" >&2; exit 2; }
+    step pytest_parallel python -m pytest tests -n "${WORKERS:-8}" -q -rs -p no:cacheprovider --durations=25 \
+      --ignore=tests/browser --ignore=tests/bench/test_compare.py
+    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
+    step nbval_all python -m pytest -n "${WORKERS:-8}" --dist loadfile -q -p no:cacheprovider --nbval notebooks
+    grep -h "passed\|failed\|error" "$out"/pytest_parallel.log "$out"/compare_tests.log "$out"/nbval_all.log | tail -n 12
     ;;
   shards)
     mapfile -t files < <(ls -S "${@:3}")
@@ -131,6 +142,6 @@ case $stage in
       --results rapid_llm/kernels/results
     ;;
   *)
-    echo "unknown stage $stage (tests, suite, shards, jit, bench, llm, checks, newop, models, compare, verify or quant)" >&2; exit 2 ;;
+    echo "unknown stage $stage (tests, suite, parallel, shards, jit, bench, llm, checks, newop, models, compare, verify or quant)" >&2; exit 2 ;;
 esac
 exit $status
