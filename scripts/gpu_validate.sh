@@ -69,6 +69,7 @@ case $stage in
     ;;
   parallel)
     python -c "import xdist" 2>/dev/null || { echo "the parallel stage needs pytest-xdist (pip install pytest-xdist)" >&2; exit 2; }
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}  # CPU tests in every worker: torch's threads would oversubscribe
     step pytest_parallel python -m pytest tests -n "${WORKERS:-8}" -q -rs -p no:cacheprovider --durations=25 \
       --ignore=tests/browser --ignore=tests/bench/test_compare.py
     step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py

@@ -37,6 +37,15 @@ def device() -> torch.device:
 
 
 @pytest.fixture(autouse=True)
+def release_cached_gpu_memory():
+    """Cached CUDA blocks go back to the device after each test: a large benchmark's pools would otherwise stay
+    with its process, and several test processes sharing one GPU run each other out of memory."""
+    yield
+    if HAS_CUDA and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+@pytest.fixture(autouse=True)
 def no_sanitizer_prewarm(monkeypatch):
     """A test's cell build starts no compute-sanitizer worker beside the plain one (each holds a CUDA context
     and seconds of instrumented start-up); a test that sanitizes starts its tool's worker on demand, and the

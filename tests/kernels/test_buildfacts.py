@@ -70,6 +70,8 @@ def test_cuda_tools_are_found_beside_nvcc_when_not_on_path(monkeypatch, tmp_path
 
     (tmp_path / "nvcc").touch()
     (tmp_path / "ncu").touch()
+    for variable in ("CUDA_HOME", "CUDA_PATH"):  # a toolkit chosen on purpose comes first: not this case
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(shutil, "which", lambda tool: str(tmp_path / "nvcc") if tool == "nvcc" else None)
     assert platform.cuda_tool("ncu") == str(tmp_path / "ncu")
     assert platform.cuda_tool("no-such-tool") is None

@@ -193,9 +193,8 @@ def test_dispatch_and_compile():
     args = vllm_case(256, 16, 128, torch.bfloat16, CUDA)
 
     @torch.compile(fullgraph=True)
-    def merge(out, out_lse, v_a, lse_a, v_b, lse_b):
+    def merge(out, out_lse, v_a, lse_a, v_b, lse_b):  # the op's contract: writes out and out_lse, returns None
         K.merge_attn_states(out, out_lse, v_a, lse_a, v_b, lse_b)
-        return out.float().sum()
 
     assert_by_compare_mode("merge_attn_states", merge, args)
     check(lambda *a: K.merge_attn_states(*a), args[:])

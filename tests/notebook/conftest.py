@@ -1,6 +1,7 @@
 """A shell with %load_ext rapid_llm, a private csrc/ and build cache, and no leaked rows."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from rapid_llm.kernels.build import jit
 from rapid_llm.kernels.registry import spec
-from rapid_llm.notebook import cell_rows
+from rapid_llm.notebook import cell_rows, magics as magics_module, progress
 from tests.jit_builders import GccBuilder, module_source
 
 NO_GPU = "no CUDA device visible (test)"
@@ -71,8 +72,13 @@ def no_gpu(monkeypatch):
 
 @pytest.fixture
 def gcc(monkeypatch, magics, tmp_path) -> Path:
-    """Builds really happen, with gcc standing in for nvcc; returns the build log path."""
+    """Builds really happen, with gcc standing in for nvcc; returns the build log path.
+
+    The progress line stays quiet (its own tests are in test_progress.py): on a loaded machine a gcc build
+    can pass the 0.3 s after which the line shows, and these tests read the cell's first line."""
     log = tmp_path / "builds.log"
+    quiet = functools.partial(progress.run_with_progress, quiet_for=3600)
+    monkeypatch.setattr(magics_module, "run_with_progress", quiet)
     monkeypatch.setattr(jit, "available", lambda device=None: spec.Availability(True))
     jit.register_builder("test-gcc", GccBuilder(log=log))
     magics.builder = "test-gcc"
