@@ -88,6 +88,18 @@ def test_edited_source_builds_a_new_module_and_the_new_code_runs(tmp_path, build
     assert _count(builds) == 2
 
 
+def test_a_long_lived_process_loads_the_file_as_it_stands_not_its_first_build(tmp_path, builds, monkeypatch):
+    """load_jit's memo (a row's first call) follows the file: the verify worker serves jobs across cell edits."""
+    monkeypatch.setattr(jit, "default_builder", lambda source: "test-gcc")
+    src = _source(tmp_path, 1)
+    first = jit.load_jit("answer", str(src), extra_cuda_cflags=())
+    assert jit.load_jit("answer", str(src), extra_cuda_cflags=()) is first and _count(builds) == 1
+    staged = src.with_suffix(".new")  # saved the way a cell is: written beside, then renamed over
+    staged.write_text(answer_source(2))
+    os.replace(staged, src)
+    assert (first.answer(), jit.load_jit("answer", str(src), extra_cuda_cflags=()).answer()) == (1, 2)
+
+
 def test_published_build_directory_holds_no_leftovers(tmp_path, builds, cache_dir):
     result = _build(_source(tmp_path, 1))
     assert not (result.build_dir / "lock").exists()

@@ -205,18 +205,34 @@ def compile_check(source: str | os.PathLike, archs: Sequence[str] | None = None,
     return check_fast_source(path, tuple(archs), tuple(extra_cuda_cflags), device_compiler)
 
 
-@functools.cache
 def load_jit(name: str, source: str, *, extra_cuda_cflags: tuple[str, ...] = ("-O3",)) -> ModuleType:
     """Compile ``source`` (relative to the shipped sources, ``kernels/shipped_cu/``) on first use in this
     process; return the extension module.
 
-    Memoised per process on (name, source, flags) so the per-call path costs
-    one dict lookup; the disk cache under it is keyed by content, so a new
-    process after an edit rebuilds. After editing a shipped source in a live
-    process, call ``load_jit.cache_clear()`` (the notebook magic rebuilds by
-    itself).
+    Memoised per process on (name, source, flags) and the file as it stands
+    (its inode, size and modification time: one stat), so the per-row first
+    call costs one lookup, and a file rewritten since (a cell saved again,
+    atomically) is built anew. A process that lives across edits (the verify
+    worker) therefore never runs an older build of a path. The disk cache
+    under it is keyed by content.
     """
-    return build_jit(name, source, extra_cuda_cflags=extra_cuda_cflags).module
+    return _load_jit(name, source, tuple(extra_cuda_cflags), _file_stamp(source))
+
+
+def _file_stamp(source: str | os.PathLike) -> tuple[int, int, int]:
+    try:
+        st = resolve_source(source).stat()
+    except OSError:  # build_jit says what is missing, in its own words
+        return (0, 0, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.cache
+def _load_jit(name: str, source: str, flags: tuple[str, ...], stamp: tuple[int, int, int]) -> ModuleType:
+    return build_jit(name, source, extra_cuda_cflags=flags).module
+
+
+load_jit.cache_clear = _load_jit.cache_clear  # type: ignore[attr-defined]
 
 
 def can_compile(source: str | os.PathLike, builder: str | None = None) -> Availability:
