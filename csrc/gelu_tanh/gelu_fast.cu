@@ -56,17 +56,17 @@ __global__ void gelu_scalar_kernel(T* __restrict__ out, const T* __restrict__ in
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 
 void gelu_fast(rl::Tensor out, rl::Tensor input) {
-  // Step 1: validate.
-  rl::check_cuda("gelu_fast", {out, input});
-  rl::check_contiguous("gelu_fast", {out, input});
-  rl::check_same("gelu_fast", out, input);
+  // Step 1: validate, in the op's words (every row of gelu_tanh says the same about the same bad input).
+  rl::check_cuda("gelu_tanh", {out, input});
+  rl::check_contiguous("gelu_tanh", {out, input});
+  rl::check_same("gelu_tanh", out, input);
   // Step 2: extract. An empty tensor launches nothing.
   const int64_t n = input.numel();
   if (n == 0) return;
   constexpr int kThreads = 256;
   const int64_t max_blocks = static_cast<int64_t>(rl::sm_count()) * 8;
   // Step 3: launch on torch's current stream; rl::launch checks every launch.
-  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "gelu_fast", [&](auto tag) {
+  rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(input, "gelu_tanh", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in_p = input.data<T>();
     T* out_p = out.data<T>();
