@@ -1,6 +1,7 @@
 """Measured figures: where they come from, how they order dispatch, and that dispatch is deterministic."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -204,3 +205,77 @@ def test_where_host_time_dominates_rows_rank_by_what_a_caller_pays(prio_rows):
     ex = explain("prio", dtype="fp32", device="cpu", numel=1024)
     assert ex.chosen.name == b and ex.verdict(a).measured_us == 9.0
     assert measurements.lookup("prio", a, "cpu", "fp32", (1024).bit_length()).caller_us == 9.0
+
+
+def test_where_host_time_is_not_paid_per_call_rows_rank_by_device_time(prio_rows):
+    """A capture's replay and a compiled graph's call pay no per-call host cost: explain names that rule."""
+    native, a, b = prio_rows
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.0, host_us=9.0)
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    assert resolve("prio", dtype="fp32", device="cpu", numel=1024).name == b
+    device = explain("prio", dtype="fp32", device="cpu", numel=1024, rule="device")
+    assert device.chosen.name == a and device.verdict(a).measured_us == 2.0 and device.verdict(b).measured_us == 3.0
+    assert "measured rows ranked by device time" in str(device) and "measured rows ranked" not in str(explain(
+        "prio", dtype="fp32", device="cpu", numel=1024))
+    with pytest.raises(spec.RegistryError, match="rule must be one of caller, device"):
+        resolve("prio", dtype="fp32", device="cpu", numel=1024, rule="fastest")
+
+
+def test_a_capture_takes_the_device_time_winner_only_once_it_has_run_outside_one(prio_rows):
+    """Its first call may compile or load code, which a capture must not do; the eager call that finds the two
+    rules disagree runs it once, on copies of the call's arguments, and the op resolves again."""
+    from rapid_llm.kernels.dispatch import dispatcher
+
+    native, a, b = prio_rows
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.0, host_us=9.0)
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    cold = explain("prio", dtype="fp32", device="cpu", numel=1024, capturing=True)
+    assert cold.chosen.name == b and "has not run outside a capture" in cold.verdict(a).reason
+    x = torch.randn(1024)
+    seen = []
+    op = dispatcher.get_op("prio")
+    op(x, 3.0)
+    entries = op.cached_entries()
+    first = dispatcher._warming(op, lambda *args: seen.append(args) or "eager result", spec.get_row(a), cold.context)
+    assert first(x, 3.0) == "eager result" and seen == [(x, 3.0)]
+    assert entries == 1 and op.cached_entries() == 0  # resolves again, now that the row has run
+    warm = explain("prio", dtype="fp32", device="cpu", numel=1024, capturing=True)
+    assert warm.chosen.name == a and warm.chosen.reason == "fastest measured (2.00 us, device time)"
+
+
+def test_the_custom_op_that_compiled_graphs_call_ranks_by_device_time(prio_rows):
+    native, a, b = prio_rows
+    ran = []
+    for name in (a, b):
+        tagged = (lambda tag: lambda x, f, out=None: ran.append(tag) or _mul(x, f, out))(name)
+        spec.register(dataclasses.replace(spec.get_row(name), target=tagged), replace=True)
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.0, host_us=9.0)
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    x = torch.randn(1024)
+    import rapid_llm.kernels as K
+
+    torch.testing.assert_close(K.prio(x, 3.0), x * 3.0)
+    torch.testing.assert_close(torch.ops.rapid_llm.prio.default(x, 3.0), x * 3.0)
+    assert ran == [b, a]
+
+
+def test_the_eager_call_that_finds_the_rules_disagree_readies_the_capture_s_row(prio_rows, monkeypatch):
+    """The whole path a capture relies on, with CPU tensors standing in for CUDA ones (no capture runs here)."""
+    from rapid_llm.kernels.dispatch import dispatcher
+    import rapid_llm.kernels as K
+
+    native, a, b = prio_rows
+    ran = []
+    for name in (a, b):
+        tagged = (lambda tag: lambda x, f, out=None: ran.append((tag, x.data_ptr())) or _mul(x, f, out))(name)
+        spec.register(dataclasses.replace(spec.get_row(name), target=tagged), replace=True)
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.0, host_us=9.0)
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    monkeypatch.setattr(dispatcher, "_capturable", lambda x: True)
+    x = torch.randn(1024)
+    torch.testing.assert_close(K.prio(x, 3.0), x * 3.0)
+    assert [tag for tag, _ in ran] == [b, a] and ran[0][1] == x.data_ptr() != ran[1][1]  # a ran on a copy
+    assert explain("prio", x, capturing=True).chosen.name == a
+    ran.clear()
+    K.prio(x, 3.0)
+    assert ran == [(b, x.data_ptr())]  # eager calls keep the caller's rule, and run once

@@ -8,7 +8,8 @@ them, a notebook's at its ``declare_op`` call) through one
   in-place arguments marked written, plus an ``.out`` overload where the native
   row takes ``out=``;
 * the real implementation (CPU and CUDA) is the op's dispatcher, so the row is
-  chosen as for an eager call, measured figures included;
+  chosen from the measured figures as for an eager call, by device time rather
+  than what an eager caller pays (a compiled graph's calls; see the dispatcher's RULES);
 * the fake implementation follows the op's out rule (like the dispatch
   argument, its last dim halved, or nothing for an in-place op).
 
@@ -145,11 +146,12 @@ def _define(schema: OpSchema) -> None:
 
 
 def _live(name: str) -> Callable[..., Any]:
-    """The op's dispatcher now (raises if the op went stale): the row choice happens inside it."""
+    """The op's dispatcher now (raises if the op went stale): the row choice happens inside it, by device
+    time, since compiled graphs are what call the custom op (rapid_llm.kernels.dispatch.dispatcher.RULES)."""
     stale = _bindings[name].stale
     if stale is not None:
         raise RuntimeError(stale)
-    return dispatch.get_op(name)
+    return dispatch.get_op(name, rule="device")
 
 
 def _impl_none(name: str) -> Callable[..., None]:

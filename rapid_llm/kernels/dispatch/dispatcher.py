@@ -7,7 +7,18 @@ survivors ranked:
 
 1. rows with a measured latency for this device, dtype and size bucket, fastest
    first (figures from rapid_llm.kernels.dispatch.measurements, which says where each
-   came from: committed for this GPU kind by default);
+   came from: committed for this GPU kind by default), by one of two rules:
+
+   * ``caller``: what an eager caller pays per call, the larger of device and
+     host time (a Triton row's launch costs tens of microseconds of Python);
+   * ``device``: device time alone, where the host cost is not paid per call:
+     while a CUDA graph is being captured (the replay launches no Python), and
+     inside a torch.compile'd graph (``torch.ops.rapid_llm.<op>`` resolves by
+     this rule). A capture takes the device-time winner only once it has run
+     outside a capture in this process at that size (a first call may compile
+     and load code, which a capture must not do): the eager call that finds
+     the two rules disagree runs the device-time winner once on copies of its
+     arguments, so the capture after the usual warm-up call has it;
 2. then unmeasured non-native rows by ``priority`` (higher first; None, no
    static priority, ranks below every number, so it loses ties), then by
    backend preference (external, aot, jit, triton: the more specialised code
@@ -18,6 +29,7 @@ Rendering (HTML, widgets) is not here: the notebook extension attaches it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -33,10 +45,13 @@ __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "c
            "get_row", "rows_for"]
 
 _BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native": 9}
+#: The ranking rules (see the module docstring) and how explain names each.
+RULES = {"caller": "what an eager caller pays (the larger of device and host time)",
+         "device": "device time (host time is not paid per call here)"}
 #: The dispatch-cache key suffix of a resolution made while a CUDA graph is being captured.
 CAPTURING = "capturing"
 
-_ops: dict[str, "Op"] = {}
+_ops: dict[tuple[str, str], Any] = {}  # (op name, rule) -> its dispatching callable
 
 
 def dtype_name(dtype: Any) -> str:
@@ -56,6 +71,7 @@ class Context:
     bucket: int
     capturing: bool = False
     layout: str = "contiguous"
+    rule: str = "caller"  # which figure ranks measured rows: RULES
 
     @property
     def device_name(self) -> str:
@@ -119,9 +135,16 @@ def _measured(row: KernelSpec, ctx: Context) -> measurements.Figure | None:
     return measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
 
 
-def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int) -> tuple:
+def _figure(measured: measurements.Figure | None, rule: str) -> float | None:
+    """The figure ``rule`` ranks by."""
+    if measured is None:
+        return None
+    return measured.median_us if rule == "device" else measured.caller_us
+
+
+def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int, rule: str = "caller") -> tuple:
     if measured is not None:
-        return (0, measured.caller_us, 0, 0, order)
+        return (0, _figure(measured, rule), 0, 0, order)
     if row.is_native:
         return (2, 0.0, 0, 0, order)
     prio = -math.inf if row.priority is None else float(row.priority)
@@ -148,15 +171,40 @@ def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, measu
     return out
 
 
+#: (row name, dtype, device, size bucket, layout) of rows that have run outside a capture in this process.
+_warm: set[tuple] = set()
+
+
+def _warm_key(row: KernelSpec, ctx: Context) -> tuple:
+    return (row.name, ctx.dtype, str(ctx.device), ctx.bucket, ctx.layout)
+
+
+def _ranked(survivors: list[tuple[int, KernelSpec, measurements.Figure | None]],
+            rule: str) -> list[tuple[KernelSpec, measurements.Figure | None]]:
+    return [(row, m) for _, row, m in sorted(survivors, key=lambda t: _rank_key(t[1], t[2], t[0], rule))]
+
+
 def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | None]],
-            ctx: Context) -> list[tuple[KernelSpec, measurements.Figure | None]]:
+            ctx: Context) -> tuple[list[tuple[KernelSpec, measurements.Figure | None]], list[str]]:
+    """The survivors ranked by ``ctx.rule``, the one that runs first; and, while capturing, the rows that rank
+    above it by device time but are passed over because they have not run outside a capture here yet."""
     survivors = [(i, row, m) for i, (row, reason, m) in enumerate(evaluated) if reason is None]
     if not survivors:
         # Only possible when the native row itself does not cover this dtype or device.
         why = "; ".join(f"{row.name}: {reason}" for row, reason, _ in evaluated)
         raise RegistryError(f"op {evaluated[0][0].op!r} has no row for {ctx.dtype} on {ctx.device.type}: {why}")
-    survivors.sort(key=lambda t: _rank_key(t[1], t[2], t[0]))
-    return [(row, m) for _, row, m in survivors]
+    ranked = _ranked(survivors, ctx.rule)
+    if not ctx.capturing or ctx.rule != "device":
+        return ranked, []
+    # What ran before the capture (the caller rule's winner) is safe to capture, as it always was.
+    fallback = _ranked(survivors, "caller")[0][0]
+    cold = []
+    for row, _ in ranked:
+        if row is fallback or row.is_native or _warm_key(row, ctx) in _warm:
+            break
+        cold.append(row.name)
+    first = len(cold)
+    return [ranked[first], *ranked[:first], *ranked[first + 1:]], cold
 
 
 #: How explain names what a row takes and what a call brings (spec.LAYOUTS).
@@ -171,7 +219,7 @@ def _layout(tensors: Iterable[Any]) -> str:
 
 
 def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None,
-             layout: str | None = None) -> Context:
+             layout: str | None = None, rule: str | None = None) -> Context:
     if not _spec.rows_for(op):
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
     tensors = tuple(tensors)
@@ -192,15 +240,20 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
     device = torch.device(device if device is not None else "cpu")
     if capturing is None:
         capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if rule is None:
+        rule = "device" if capturing else "caller"
+    elif rule not in RULES:
+        raise RegistryError(f"{op}: rule must be one of {', '.join(RULES)}, got {rule!r}")
     return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing),
-                   layout)
+                   layout, rule)
 
 
 def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None) -> KernelSpec:
-    """The row that a call of ``op`` with these tensors would run."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
-    return _choose(_evaluate(op, ctx), ctx)[0][0]
+            capturing: bool | None = None, layout: str | None = None, rule: str | None = None) -> KernelSpec:
+    """The row that a call of ``op`` with these tensors would run (``rule``: see RULES; by default
+    ``device`` while capturing, else ``caller``)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, rule)
+    return _choose(_evaluate(op, ctx), ctx)[0][0][0]
 
 
 def _dispatch_arg(op: str) -> int:
@@ -214,10 +267,14 @@ class _OpMethods:
     """What both call paths share: resolving a miss, and what an op says about itself."""
 
     __slots__ = ()
+    #: The ranking rule outside a capture (RULES): K.<op> is "caller"; the custom op's implementation,
+    #: which compiled graphs call, is "device".
+    rule = "caller"
 
     def _entry(self, x: torch.Tensor, layout: bool | str, capturing: bool,
                has_out: bool = False) -> tuple[Callable[..., Any], bool]:
-        """The callable and graph safety of the row that serves tensors like ``x``.
+        """The callable for tensors like ``x``, and whether a capture would run the same (True: no need to
+        ask whether one is under way; the flag both call paths keep as "graph safe").
 
         ``layout``: True (contiguous), False (strided) or a name from spec.LAYOUTS ("rows"): both
         call paths key on it as they computed it, so a contiguous call costs no name lookup.
@@ -226,10 +283,19 @@ class _OpMethods:
         """
         if isinstance(layout, bool):
             layout = "contiguous" if layout else "strided"
-        row = resolve(self.name, x, capturing=capturing, layout=layout)
+        ctx = _context(self.name, (x,), None, None, None, capturing, layout, "device" if capturing else self.rule)
+        row = _choose(_evaluate(self.name, ctx), ctx)[0][0][0]
         fn = row.call_path()
         specialize = getattr(fn, "specialize", None)
-        return (specialize(x, has_out) or fn) if specialize is not None else fn, row.graph_safe
+        fn = (specialize(x, has_out) or fn) if specialize is not None else fn
+        if capturing or not _capturable(x):
+            return fn, row.graph_safe
+        _warm.add(_warm_key(row, ctx))  # it runs now, outside a capture
+        capture = dataclasses.replace(ctx, capturing=True, rule="device")
+        ranked, cold = _choose(_evaluate(self.name, capture), capture)
+        if cold:  # the capture's device-time winner has not run here yet: run it once now, on copies
+            return _warming(self, fn, _spec.get_row(cold[0]), capture), False
+        return fn, row.graph_safe and ranked[0][0] is row
 
     def rows(self) -> list[KernelSpec]:
         return rows_for(self.name)
@@ -238,13 +304,35 @@ class _OpMethods:
         return f"<rapid_llm op {self.name!r}>"
 
 
+def _capturable(x: torch.Tensor) -> bool:
+    """Whether a call with ``x`` could be captured into a CUDA graph."""
+    return x.is_cuda
+
+
+def _warming(op: Any, fn: Callable[..., Any], row: KernelSpec, ctx: Context) -> Callable[..., Any]:
+    """``fn`` for this one call, after which ``row`` runs once on copies of the call's arguments (so a later
+    capture may take it: see the module docstring) and the op resolves again."""
+
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        kw = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        row.call_path()(*copies, **kw)  # a row that fails here fails loudly, as it would inside the capture
+        _warm.add(_warm_key(row, ctx))
+        op.clear_cache()
+        return result
+
+    return first_call
+
+
 class Op(_OpMethods):
     """A dispatching op: ``rapid_llm.kernels.scale(x, 2.0)`` is one of these.
 
     The tensor at ``dispatch_arg`` decides the row. The hot path reads its
     dtype, device, numel and the layout of the call's tensors, looks the key
     up, and calls. Capture state is only checked when the cached row is not
-    graph safe, so graph-safe rows pay nothing for it. This is the portable
+    graph safe or a capture would rank another row first (``_entry``), so
+    other calls pay nothing for it. This is the portable
     path; :func:`get_op` uses the same logic compiled into the fast-path
     binding (``fastcall_dispatch.inc``) wherever that binding builds. Under
     torch.compile either one traces as ``torch.ops.rapid_llm.<op>``
@@ -316,19 +404,38 @@ def _fast_op_type() -> type | None:
 _FastOp: type | None = None
 
 
-def get_op(name: str) -> Any:
-    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds."""
-    op = _ops.get(name)
+def get_op(name: str, rule: str = "caller") -> Any:
+    """The dispatching callable for ``name`` (created once, shared); compiled where the binding builds.
+
+    ``rule="device"`` is the one the custom op's implementation calls (compiled graphs): it ranks
+    measured rows by device time (RULES)."""
+    op = _ops.get((name, rule))
     if op is None:
+        if rule not in RULES:
+            raise RegistryError(f"{name}: rule must be one of {', '.join(RULES)}, got {rule!r}")
         fast = _fast_op_type()
-        arg = _dispatch_arg(name)
-        op = _ops[name] = fast(name, arg) if fast is not None else Op(name, arg)
-        traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
+        kind = (fast or Op) if rule == "caller" else _device_type(fast or Op)
+        op = _ops[(name, rule)] = kind(name, _dispatch_arg(name))
+        if rule == "caller":
+            traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
     return op
 
 
+_device_types: dict[type, type] = {}
+
+
+def _device_type(base: type) -> type:
+    kind = _device_types.get(base)
+    if kind is None:
+        kind = _device_types[base] = type("DeviceTimeOp", (base,), {"__slots__": (), "rule": "device",
+                                                                     "__module__": __name__})
+    return kind
+
+
 def clear_cache() -> None:
-    """Forget every resolution: rows changed, were re-verified, or new figures were measured."""
+    """Forget every resolution: rows changed, were re-verified, or new figures were measured. What had run
+    outside a capture is forgotten too (a row replaced by a new build has not)."""
+    _warm.clear()
     for op in _ops.values():
         op.clear_cache()
 
@@ -357,7 +464,11 @@ class Explanation:
         cap = ", capturing a CUDA graph" if c.capturing else ""
         cap += {"contiguous": "", "rows": ", row-strided", "strided": ", strided"}[c.layout]
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
-        return f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
+        head = f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
+        # An eager call's rule goes without saying; the other is named where a measured figure is ranked by it.
+        if c.rule == "caller" or all(r.measured_us is None for r in self.rows):
+            return head
+        return f"{head}\nmeasured rows ranked by {RULES[c.rule]}"
 
     def __str__(self) -> str:
         cols = [("row", "name"), ("backend", "backend"), ("verdict", "verdict"), ("priority", "priority"),
@@ -379,34 +490,39 @@ class Explanation:
 
 
 def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None) -> Explanation:
-    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout)
+            capturing: bool | None = None, layout: str | None = None, rule: str | None = None) -> Explanation:
+    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=); ``rule``
+    as for :func:`resolve` (``rule="device"`` shows what a compiled graph's call picks)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, rule)
     evaluated = _evaluate(op, ctx)
-    ranked = _choose(evaluated, ctx)
+    ranked, cold = _choose(evaluated, ctx)
     winner, winner_m = ranked[0]
+    winner_us = _figure(winner_m, ctx.rule)
     verdicts = []
     for row, reason, measured in evaluated:
         prio = _priority_text(row)
-        us = measured.caller_us if measured is not None else None
+        us = _figure(measured, ctx.rule)
         source = measured.source if measured is not None else None
         if reason is not None:
             verdicts.append(RowVerdict(row.name, row.backend, "filtered", reason, prio, None))
         elif row.name == winner.name:
-            verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, us, len(ranked)), prio, us,
-                                       source))
+            verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, us, len(ranked), ctx.rule),
+                                       prio, us, source))
+        elif row.name in cold:
+            why = (f"faster by device time ({us:.2f} us) but it has not run outside a capture in this process at "
+                   "this size (a first call may compile or load code): an eager call of the op runs it once")
+            verdicts.append(RowVerdict(row.name, row.backend, "outranked", why, prio, us, source))
         else:
-            winner_us = winner_m.caller_us if winner_m is not None else None
             verdicts.append(RowVerdict(row.name, row.backend, "outranked",
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
     return Explanation(op, ctx, tuple(verdicts))
 
 
-def _why_chosen(row: KernelSpec, measured: float | None, n: int) -> str:
+def _why_chosen(row: KernelSpec, measured: float | None, n: int, rule: str = "caller") -> str:
     if n == 1:
         return "the native floor: no other row survives the filters" if row.is_native else "the only surviving row"
     if measured is not None:
-        return f"fastest measured ({measured:.2f} us)"
+        return f"fastest measured ({measured:.2f} us{', device time' if rule == 'device' else ''})"
     if row.priority is None:
         return f"unmeasured, no static priority: backend {row.backend} preferred"
     return f"highest priority among unmeasured rows ({_priority_text(row)}, backend {row.backend})"
