@@ -111,6 +111,7 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
     print("all rows:")
     for m in measured:
         host = f", host {m.host_us:.2f} us" if m.host_us is not None else ""
+        host += f", from a CUDA graph {m.graph_us:.2f} us" if m.graph_us is not None else ""
         print(f"  T={m.numel // per_token:<6} {m.row:<26} {m.result.median_us:>9.2f} us "
               f"{100 * m.result.roofline_fraction:>6.1f}% copy{host}")
     dispatched = getattr(K, op)

@@ -28,6 +28,7 @@ class OpMeasurement:
     result: BenchResult
     host_us: float | None = None  # per call back to back, as a caller pays it (bench_host)
     flag: str | None = None  # why the figure is not believed (and was not recorded), or None
+    graph_us: float | None = None  # replayed from a CUDA graph: the device's time alone (measurements.Figure)
 
     def __str__(self) -> str:
         return f"{self.op} {self.row} {self.dtype} numel={self.numel}: {self.result}"
@@ -96,12 +97,13 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                 result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
                                warmup=warmup, repeats=repeats, label=row, reference=floor_call(op), **case.kwargs)
                 host = _host_us(fn, case, result)
+                replayed = None if graph else _graph_us(get_row(row), fn, case, result, device, warmup, repeats)
                 flag = implausible(result, device)
-                out.append(OpMeasurement(op, row, dtype, numel, result, host, flag))
+                out.append(OpMeasurement(op, row, dtype, numel, result, host, flag, replayed))
                 if flag is not None:
                     print(f"bench_op({op!r}): {row} {dtype} numel={numel} not recorded: {flag}")
                 elif record:
-                    _record(op, row, dtype, numel, result, host)
+                    _record(op, row, dtype, numel, result, host, replayed)
             del case
     if record and out and out[0].result.roofline_gbps:
         measurements.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
@@ -148,8 +150,19 @@ def _host_us(fn: Any, case: CaseArgs, r: BenchResult) -> float | None:
     return bench_host(fn, *case.args, n=200, rounds=5, warmup=20, **case.kwargs).median_us
 
 
-def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult, host_us: float | None = None) -> None:
-    extra = {} if host_us is None else {"host_us": host_us}
+def _graph_us(row: Any, fn: Any, case: CaseArgs, r: BenchResult, device: torch.device, warmup: int,
+              repeats: int) -> float | None:
+    """The call replayed from a CUDA graph, where a slow launch could hide in the events' figure (short calls
+    of a graph-safe row on a GPU); its content was checked by the timed run before."""
+    if r.median_us >= HOST_TIMED_BELOW_US or not row.graph_safe or device.type != "cuda":
+        return None
+    return bench(fn, *case.args, bytes_moved=case.bytes_moved, graph=True, warmup=warmup, repeats=repeats,
+                 label=f"{row.name} (graph)", integrity=False, **case.kwargs).median_us
+
+
+def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult, host_us: float | None = None,
+            graph_us: float | None = None) -> None:
+    extra = {k: v for k, v in (("host_us", host_us), ("graph_us", graph_us)) if v is not None}
     measurements.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r), **extra)
 
 
@@ -165,7 +178,7 @@ def write_results(op: str, results: Sequence[OpMeasurement], device: torch.devic
         meta.update(cuda=torch.version.cuda, l2_bytes=l2_bytes(device))
     doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
     for m in results:
-        extra = {} if m.host_us is None else {"host_us": m.host_us}
+        extra = {k: v for k, v in (("host_us", m.host_us), ("graph_us", m.graph_us)) if v is not None}
         key, entry = measurements.make_entry(op, m.row, m.dtype, m.numel, m.result.median_us,
                                              **stored_figures(m.result), **extra)
         doc["entries"][key] = entry

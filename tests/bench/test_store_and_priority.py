@@ -279,3 +279,15 @@ def test_the_eager_call_that_finds_the_rules_disagree_readies_the_capture_s_row(
     ran.clear()
     K.prio(x, 3.0)
     assert ran == [(b, x.data_ptr())]  # eager calls keep the caller's rule, and run once
+
+
+def test_captures_rank_by_the_graph_replay_figure_where_one_was_measured(prio_rows):
+    """The events around one call include a wait for a slow launch; a graph's replay is the device alone."""
+    native, a, b = prio_rows
+    measurements.record("prio", a, "cpu", "fp32", 1024, 20.0, host_us=30.0, graph_us=2.0)  # launch-bound events
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0, graph_us=2.9)
+    figure = measurements.lookup("prio", a, "cpu", "fp32", (1024).bit_length())
+    assert (figure.caller_us, figure.device_us) == (30.0, 2.0)
+    assert resolve("prio", dtype="fp32", device="cpu", numel=1024).name == b
+    device = explain("prio", dtype="fp32", device="cpu", numel=1024, rule="device")
+    assert device.chosen.name == a and device.chosen.measured_us == 2.0

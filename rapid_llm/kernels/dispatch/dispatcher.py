@@ -139,7 +139,7 @@ def _figure(measured: measurements.Figure | None, rule: str) -> float | None:
     """The figure ``rule`` ranks by."""
     if measured is None:
         return None
-    return measured.median_us if rule == "device" else measured.caller_us
+    return measured.device_us if rule == "device" else measured.caller_us
 
 
 def _rank_key(row: KernelSpec, measured: measurements.Figure | None, order: int, rule: str = "caller") -> tuple:

@@ -48,19 +48,28 @@ _use_local: bool | None = None
 class Figure:
     """A row's measured cost and where it came from (what explain prints beside it).
 
-    ``median_us`` is the device time (CUDA events); ``host_us`` what a caller
-    pays per call back to back (bench_host: Python, dispatch, allocation,
-    launch). A call costs the larger of the two, so that is what rows are
-    ranked by: where host time dominates, a cheap wrapper beats a fast kernel.
+    ``median_us`` is the time between CUDA events around one call; ``host_us``
+    what a caller pays per call back to back (bench_host: Python, dispatch,
+    allocation, launch). An eager call costs the larger of the two, so that
+    is what eager calls rank by: where host time dominates, a cheap wrapper
+    beats a fast kernel. ``graph_us`` is the call replayed from a CUDA graph,
+    the device's time alone: the events' figure includes any wait for a slow
+    launch, so that is what captures and compiled graphs rank by where it
+    was measured (``device_us``).
     """
 
     median_us: float
     source: str  # "committed <file>", "this session", "local store <file>"
     host_us: float | None = None
+    graph_us: float | None = None
 
     @property
     def caller_us(self) -> float:
         return max(self.median_us, self.host_us or 0.0)
+
+    @property
+    def device_us(self) -> float:
+        return self.median_us if self.graph_us is None else self.graph_us
 
 
 def _changed() -> None:
@@ -271,8 +280,9 @@ def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figu
     if found is None:
         return None
     source, hit = found
-    host = hit.get("host_us")
-    return Figure(float(hit["median_us"]), source, None if host is None else float(host))
+    host, graph = hit.get("host_us"), hit.get("graph_us")
+    return Figure(float(hit["median_us"]), source, None if host is None else float(host),
+                  None if graph is None else float(graph))
 
 
 def ranked_entries(device_name: str, op: str | None = None) -> list[tuple[str, dict[str, Any]]]:
