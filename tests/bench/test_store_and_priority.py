@@ -291,3 +291,13 @@ def test_captures_rank_by_the_graph_replay_figure_where_one_was_measured(prio_ro
     assert resolve("prio", dtype="fp32", device="cpu", numel=1024).name == b
     device = explain("prio", dtype="fp32", device="cpu", numel=1024, rule="device")
     assert device.chosen.name == a and device.chosen.measured_us == 2.0
+
+
+def test_the_device_rule_keeps_the_eager_row_unless_another_is_clearly_faster(prio_rows):
+    """Within the figures' spread (dispatcher.DEVICE_MARGIN) a capture runs what eager calls run."""
+    native, a, b = prio_rows
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.95, host_us=9.0)
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    ex = explain("prio", dtype="fp32", device="cpu", numel=1024, rule="device")
+    assert ex.chosen.name == b and "no row beats by 3%" in ex.chosen.reason
+    assert "by less than the 3% it takes to leave the row an eager call runs" in ex.verdict(a).reason

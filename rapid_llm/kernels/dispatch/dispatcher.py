@@ -45,6 +45,9 @@ __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "c
            "get_row", "rows_for"]
 
 _BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native": 9}
+#: By how much a row must beat the eager rule's winner on device time for the device rule to leave that winner:
+#: the figures' own spread, so a capture does not switch rows over noise.
+DEVICE_MARGIN = 0.03
 #: The ranking rules (see the module docstring) and how explain names each.
 RULES = {"caller": "what an eager caller pays (the larger of device and host time)",
          "device": "device time (host time is not paid per call here)"}
@@ -179,6 +182,11 @@ def _warm_key(row: KernelSpec, ctx: Context) -> tuple:
     return (row.name, ctx.dtype, str(ctx.device), ctx.bucket, ctx.layout)
 
 
+def _within_margin(lead: measurements.Figure | None, kept: measurements.Figure | None) -> bool:
+    """Whether ``lead`` is not measured clearly faster on the device than ``kept`` (DEVICE_MARGIN)."""
+    return lead is not None and kept is not None and lead.device_us > (1 - DEVICE_MARGIN) * kept.device_us
+
+
 def _ranked(survivors: list[tuple[int, KernelSpec, measurements.Figure | None]],
             rule: str) -> list[tuple[KernelSpec, measurements.Figure | None]]:
     return [(row, m) for _, row, m in sorted(survivors, key=lambda t: _rank_key(t[1], t[2], t[0], rule))]
@@ -194,10 +202,15 @@ def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | 
         why = "; ".join(f"{row.name}: {reason}" for row, reason, _ in evaluated)
         raise RegistryError(f"op {evaluated[0][0].op!r} has no row for {ctx.dtype} on {ctx.device.type}: {why}")
     ranked = _ranked(survivors, ctx.rule)
-    if not ctx.capturing or ctx.rule != "device":
+    if ctx.rule != "device":
         return ranked, []
-    # What ran before the capture (the caller rule's winner) is safe to capture, as it always was.
-    fallback = _ranked(survivors, "caller")[0][0]
+    # The eager rule's winner: kept unless another row is measured clearly faster on the device, and, while
+    # capturing, what ran before the capture, so safe to capture as it always was.
+    fallback, fallback_m = _ranked(survivors, "caller")[0]
+    if _within_margin(ranked[0][1], fallback_m) and ranked[0][0] is not fallback:
+        ranked = [(fallback, fallback_m), *[t for t in ranked if t[0] is not fallback]]
+    if not ctx.capturing:
+        return ranked, []
     cold = []
     for row, _ in ranked:
         if row is fallback or row.is_native or _warm_key(row, ctx) in _warm:
@@ -506,16 +519,29 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
         if reason is not None:
             verdicts.append(RowVerdict(row.name, row.backend, "filtered", reason, prio, None))
         elif row.name == winner.name:
-            verdicts.append(RowVerdict(row.name, row.backend, "chosen", _why_chosen(row, us, len(ranked), ctx.rule),
-                                       prio, us, source))
+            why = _why_chosen(row, us, len(ranked), ctx.rule)
+            if cold:
+                why = f"the fastest by device time that has run outside a capture here ({_us_text(us)})"
+            elif us is not None and any(m is not None and _figure(m, ctx.rule) < us for _, m in ranked):
+                why = (f"{us:.2f} us by device time: the row an eager call runs, which no row beats by "
+                       f"{100 * DEVICE_MARGIN:.0f}%")
+            verdicts.append(RowVerdict(row.name, row.backend, "chosen", why, prio, us, source))
         elif row.name in cold:
             why = (f"faster by device time ({us:.2f} us) but it has not run outside a capture in this process at "
                    "this size (a first call may compile or load code): an eager call of the op runs it once")
+            verdicts.append(RowVerdict(row.name, row.backend, "outranked", why, prio, us, source))
+        elif ctx.rule == "device" and us is not None and winner_us is not None and us < winner_us:
+            why = (f"faster by device time ({us:.2f} us vs {winner_us:.2f} us), but by less than the "
+                   f"{100 * DEVICE_MARGIN:.0f}% it takes to leave the row an eager call runs ({winner.name})")
             verdicts.append(RowVerdict(row.name, row.backend, "outranked", why, prio, us, source))
         else:
             verdicts.append(RowVerdict(row.name, row.backend, "outranked",
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
     return Explanation(op, ctx, tuple(verdicts))
+
+
+def _us_text(us: float | None) -> str:
+    return "unmeasured" if us is None else f"{us:.2f} us"
 
 
 def _why_chosen(row: KernelSpec, measured: float | None, n: int, rule: str = "caller") -> str:
