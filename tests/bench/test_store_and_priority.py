@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import pytest
 import torch
@@ -301,3 +302,28 @@ def test_the_device_rule_keeps_the_eager_row_unless_another_is_clearly_faster(pr
     ex = explain("prio", dtype="fp32", device="cpu", numel=1024, rule="device")
     assert ex.chosen.name == b and "no row beats by 3%" in ex.chosen.reason
     assert "by less than the 3% it takes to leave the row an eager call runs" in ex.verdict(a).reason
+
+
+def test_a_row_that_fails_ahead_of_a_capture_warns_and_captures_keep_the_eager_row(prio_rows, monkeypatch):
+    from rapid_llm.kernels.dispatch import dispatcher
+    import rapid_llm.kernels as K
+
+    native, a, b = prio_rows
+
+    def broken(x, f, out=None):
+        raise RuntimeError("prio: launch failed\nsecond line")
+
+    spec.register(dataclasses.replace(spec.get_row(a), target=broken), replace=True)
+    measurements.record("prio", a, "cpu", "fp32", 1024, 2.0, host_us=9.0)
+    measurements.record("prio", b, "cpu", "fp32", 1024, 3.0, host_us=4.0)
+    monkeypatch.setattr(dispatcher, "_capturable", lambda x: True)
+    x = torch.randn(1024)
+    with pytest.warns(RuntimeWarning, match="triton/prio_a failed when run once ahead of a capture.*launch failed"):
+        torch.testing.assert_close(K.prio(x, 3.0), x * 3.0)  # the caller's own call still answers
+    captured = explain("prio", x, capturing=True)
+    assert captured.chosen.name == b
+    assert "failed when run once ahead of a capture: RuntimeError: prio: launch failed" in captured.verdict(a).reason
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(K.prio(x, 3.0), x * 3.0)
+    assert caught == []  # no second attempt

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -176,6 +177,8 @@ def _evaluate(op: str, ctx: Context) -> list[tuple[KernelSpec, str | None, measu
 
 #: (row name, dtype, device, size bucket, layout) of rows that have run outside a capture in this process.
 _warm: set[tuple] = set()
+#: The same key -> why the row failed when run ahead of a capture (captures pass it over).
+_unfit: dict[tuple, str] = {}
 
 
 def _warm_key(row: KernelSpec, ctx: Context) -> tuple:
@@ -213,7 +216,8 @@ def _choose(evaluated: list[tuple[KernelSpec, str | None, measurements.Figure | 
         return ranked, []
     cold = []
     for row, _ in ranked:
-        if row is fallback or row.is_native or _warm_key(row, ctx) in _warm:
+        key = _warm_key(row, ctx)
+        if row is fallback or row.is_native or (key in _warm and key not in _unfit):
             break
         cold.append(row.name)
     first = len(cold)
@@ -306,7 +310,8 @@ class _OpMethods:
         _warm.add(_warm_key(row, ctx))  # it runs now, outside a capture
         capture = dataclasses.replace(ctx, capturing=True, rule="device")
         ranked, cold = _choose(_evaluate(self.name, capture), capture)
-        if cold:  # the capture's device-time winner has not run here yet: run it once now, on copies
+        if cold and _warm_key(_spec.get_row(cold[0]), capture) not in _unfit:
+            # the capture's device-time winner has not run here yet: run it once now, on copies
             return _warming(self, fn, _spec.get_row(cold[0]), capture), False
         return fn, row.graph_safe and ranked[0][0] is row
 
@@ -330,8 +335,15 @@ def _warming(op: Any, fn: Callable[..., Any], row: KernelSpec, ctx: Context) -> 
         result = fn(*args, **kwargs)
         copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         kw = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        row.call_path()(*copies, **kw)  # a row that fails here fails loudly, as it would inside the capture
-        _warm.add(_warm_key(row, ctx))
+        try:
+            row.call_path()(*copies, **kw)
+        except Exception as exc:  # the caller's own call succeeded: say it, and captures keep the eager row
+            why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+            _unfit[_warm_key(row, ctx)] = why
+            warnings.warn(f"{row.name} failed when run once ahead of a capture, so captures keep "
+                          f"the row eager calls run: {why}", RuntimeWarning, stacklevel=2)
+        else:
+            _warm.add(_warm_key(row, ctx))
         op.clear_cache()
         return result
 
@@ -449,6 +461,7 @@ def clear_cache() -> None:
     """Forget every resolution: rows changed, were re-verified, or new figures were measured. What had run
     outside a capture is forgotten too (a row replaced by a new build has not)."""
     _warm.clear()
+    _unfit.clear()
     for op in _ops.values():
         op.clear_cache()
 
@@ -526,9 +539,13 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
                 why = (f"{us:.2f} us by device time: the row an eager call runs, which no row beats by "
                        f"{100 * DEVICE_MARGIN:.0f}%")
             verdicts.append(RowVerdict(row.name, row.backend, "chosen", why, prio, us, source))
+        elif row.name in cold and _warm_key(row, ctx) in _unfit:
+            why = (f"faster by device time ({_us_text(us)}) but it failed when run once ahead of a capture: "
+                   f"{_unfit[_warm_key(row, ctx)]}")
+            verdicts.append(RowVerdict(row.name, row.backend, "outranked", why, prio, us, source))
         elif row.name in cold:
-            why = (f"faster by device time ({us:.2f} us) but it has not run outside a capture in this process at "
-                   "this size (a first call may compile or load code): an eager call of the op runs it once")
+            why = (f"faster by device time ({_us_text(us)}) but it has not run outside a capture in this process "
+                   "at this size (a first call may compile or load code): an eager call of the op runs it once")
             verdicts.append(RowVerdict(row.name, row.backend, "outranked", why, prio, us, source))
         elif ctx.rule == "device" and us is not None and winner_us is not None and us < winner_us:
             why = (f"faster by device time ({us:.2f} us vs {winner_us:.2f} us), but by less than the "
