@@ -21,11 +21,14 @@ bench case (the shapes its declaration names):
   median wall time of ``op(...); synchronize()``, printed beside the cost of
   a bare ``synchronize()``).
 
-An op whose bench case sits beside a ``BENCH_VARIANTS`` dict (other forms of
-the op, such as scaled_fp8_quant per tensor and in 1x128 groups, or other
-shapes) gets one more table per variant: every eligible row and
-``torch.compile`` of the native row on that case, same harness, not recorded
-(dispatch ranks rows by the declared case).
+An op that declares other forms (``OpDecl.forms``: scaled_fp8_quant per
+tensor, in 1x128 groups, static) gets one more table per form: every eligible
+row, recorded (dispatch ranks a call of that form by them) and written with
+the op's figures, the fastest row per T and where it changes (the crossover
+``explain`` names), and ``torch.compile`` of the native row on that case. An
+op whose bench case sits beside a ``BENCH_VARIANTS`` dict (other shapes, such
+as merge_attn_states at 256 tokens x 16 heads) gets a table per variant, not
+recorded.
 
 ``--results DIR`` writes each op's row figures as ``DIR/<op>_<gpu>.json``, the
 committed figures dispatch ranks rows by.
@@ -129,10 +132,38 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
             alone = call_latency_us(fn, case.args, kwargs)
             line += f"  {label}: {host:.2f} / {dev:.2f}, alone {alone:.2f} us;"
         print(line.rstrip(";"))
+    measured = [*measured, *bench_forms(op, tokens, dtype, device, repeats, compiled)]
     if results_dir:
         out = write_results(op, measured, device,
                             f"{results_dir}/{op}_{platform.slug(platform.device_label(device))}.json")
         print(f"wrote {out}")
+
+
+def bench_forms(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,
+                compiled: Callable[..., Any]) -> list:
+    """Each of the op's other forms at each T: every eligible row (recorded), the fastest, and torch.compile."""
+    decl = spec.get_decl(op)
+    tdtype = platform.torch_dtype(dtype)
+    out = []
+    for label in decl.forms:
+        sizes = [t * decl.token_numel for t in tokens]
+        measured = bench_op(op, sizes, dtypes=[dtype], device=device, repeats=repeats, record=True, form=label)
+        out += measured
+        print(f"\n== {op}, {dtype}, form: {label} (recorded: calls of this form rank by these) ==")
+        print(f"{'T':>6}  {'fastest row':<24} {'us':>8}  {'others':<48} {'compile us':>10}  {'compile/row':>11}")
+        previous = None
+        for t, numel in zip(tokens, sizes):
+            mine = sorted((m for m in measured if m.numel == numel), key=lambda m: m.result.median_us)
+            case = make_args(op, numel, tdtype, device, label)
+            comp = bench(compiled, *case.args, bytes_moved=case.bytes_moved, repeats=repeats,
+                         label="torch.compile(native)", **case.kwargs)
+            others = "  ".join(f"{m.row} {m.result.median_us:.2f}" for m in mine[1:])
+            change = f"  <- crossover from {previous}" if previous not in (None, mine[0].row) else ""
+            print(f"{t:>6}  {mine[0].row:<24} {mine[0].result.median_us:>8.2f}  {others:<48} {comp.median_us:>10.2f}  "
+                  f"{comp.median_us / mine[0].result.median_us:>10.2f}x{change}")
+            previous = mine[0].row
+            del case
+    return out
 
 
 def bench_variants(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int) -> None:

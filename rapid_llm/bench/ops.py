@@ -29,19 +29,26 @@ class OpMeasurement:
     host_us: float | None = None  # per call back to back, as a caller pays it (bench_host)
     flag: str | None = None  # why the figure is not believed (and was not recorded), or None
     graph_us: float | None = None  # replayed from a CUDA graph: the device's time alone (measurements.Figure)
+    form: str | None = None  # one of the op's other forms (OpDecl.forms), None for its declared one
 
     def __str__(self) -> str:
         return f"{self.op} {self.row} {self.dtype} numel={self.numel}: {self.result}"
 
 
-def make_args(op: str, numel: int, dtype: torch.dtype, device: torch.device | str) -> CaseArgs:
-    """The arguments of one timed call of ``op``: its declared bench case at ``numel`` elements."""
+def make_args(op: str, numel: int, dtype: torch.dtype, device: torch.device | str,
+              form: str | None = None) -> CaseArgs:
+    """The arguments of one timed call of ``op``: its declared bench case at ``numel`` elements, or that of one
+    of its forms (OpDecl.forms)."""
     if numel < 1:
         raise ValueError(f"{op}: benchmark sizes must be >= 1 element, got {numel}")
     try:
-        make = get_decl(op).bench
+        decl = get_decl(op)
     except RegistryError as exc:
         raise ValueError(f"bench_op: {exc}") from None
+    if form is not None and form not in decl.forms:
+        raise ValueError(f"bench_op({op!r}): no form {form!r}; its other forms are "
+                         f"{', '.join(repr(f) for f in decl.forms) or 'none'}")
+    make = decl.bench if form is None else decl.forms[form]
     return make(int(numel), dtype, torch.device(device))
 
 
@@ -58,14 +65,17 @@ def eligible_rows(op: str, dtype: str, device: torch.device, numel: int) -> dict
 
 def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
              rows: Sequence[str] | None = None, *, record: bool = True, device: torch.device | str | None = None,
-             graph: bool = False, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS) -> list[OpMeasurement]:
+             graph: bool = False, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
+             form: str | None = None) -> list[OpMeasurement]:
     """Time each eligible row of ``op`` at each size and dtype; record medians into the results measurements.
 
     Eligible means dispatch could choose the row here (toolchain present,
     dtype and device supported, golden verified): timing a row that may not
     run would rank nothing. Naming ``rows`` restricts the set, and a named
     row that is filtered raises with the reason. Recorded figures make
-    dispatch order the rows by measured latency on this device.
+    dispatch order the rows by measured latency on this device; ``form``
+    times one of the op's other forms (OpDecl.forms), whose figures rank
+    calls of that form.
     """
     all_rows = rows_for(op)
     if not all_rows:
@@ -91,7 +101,7 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
             for row in chosen:
                 if verdicts[row] is not None:
                     raise ValueError(f"bench_op({op!r}): row {row!r} cannot run {dtype} on {device}: {verdicts[row]}")
-            case = make_args(op, numel, tdtype, device)
+            case = make_args(op, numel, tdtype, device, form)
             for row in chosen:
                 fn = get_row(row).call_path()
                 result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
@@ -99,11 +109,11 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                 host = _host_us(fn, case, result)
                 replayed = None if graph else _graph_us(get_row(row), fn, case, result, device, warmup, repeats)
                 flag = implausible(result, device)
-                out.append(OpMeasurement(op, row, dtype, numel, result, host, flag, replayed))
+                out.append(OpMeasurement(op, row, dtype, numel, result, host, flag, replayed, form))
                 if flag is not None:
                     print(f"bench_op({op!r}): {row} {dtype} numel={numel} not recorded: {flag}")
                 elif record:
-                    _record(op, row, dtype, numel, result, host, replayed)
+                    _record(measurements.form_key(op, form), row, dtype, numel, result, host, replayed)
             del case
     if record and out and out[0].result.roofline_gbps:
         measurements.record_meta(name, copy_roofline_gbps=out[0].result.roofline_gbps, torch=torch.__version__,
@@ -179,7 +189,8 @@ def write_results(op: str, results: Sequence[OpMeasurement], device: torch.devic
     doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
     for m in results:
         extra = {k: v for k, v in (("host_us", m.host_us), ("graph_us", m.graph_us)) if v is not None}
-        key, entry = measurements.make_entry(op, m.row, m.dtype, m.numel, m.result.median_us,
+        key, entry = measurements.make_entry(measurements.form_key(op, m.form), m.row, m.dtype, m.numel,
+                                             m.result.median_us,
                                              **stored_figures(m.result), **extra)
         doc["entries"][key] = entry
     out = Path(out)

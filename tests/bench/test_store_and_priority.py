@@ -13,7 +13,7 @@ from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.dispatch.dispatcher import explain, resolve
-from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
+from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op, define_op
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 @pytest.fixture(autouse=True)
@@ -368,3 +368,80 @@ def test_a_cuda_graph_captures_the_device_time_winner_after_one_eager_call():
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(captured, torch.full_like(x, 3.0))
+
+
+def _scaled(x, factor, mode="plain", out=None):
+    return _mul(x, factor, out)
+
+
+@pytest.fixture
+def form_rows():
+    """A private op with two forms (by its third argument), two verified CPU rows and the floor."""
+    rows = [
+        KernelSpec(name="native/formed", op="formed", backend="native", target=_scaled, devices=("cpu",)),
+        KernelSpec(name="triton/formed_a", op="formed", backend="triton", target=_scaled, devices=("cpu",),
+                   golden=GoldenRecord(verified=True)),
+        KernelSpec(name="jit/formed_b", op="formed", backend="jit", target=_scaled, devices=("cpu",),
+                   golden=GoldenRecord(verified=True)),
+    ]
+
+    def bench(numel, dtype, device):
+        x = torch.randn(numel, device=device).to(dtype)
+        return CaseArgs((x, 3.0), {}, bytes_moved=2 * x.nbytes)
+
+    def bench_wide(numel, dtype, device):
+        x = torch.randn(numel, device=device).to(dtype)
+        return CaseArgs((x, 3.0, "wide"), {}, bytes_moved=2 * x.nbytes)
+
+    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype),
+                                                                         3.0),
+                          oracle=lambda x, f, mode="plain": x.double() * f)
+    with spec.isolated():
+        declare_op("formed", rows=rows, reference=reference, bench=bench, forms={"wide": bench_wide},
+                   form_of=lambda x=None, f=None, mode="plain", out=None: "wide" if mode == "wide" else None)
+        yield [r.name for r in rows]
+
+
+def test_each_form_ranks_by_its_own_figures_and_explain_names_the_crossover(form_rows):
+    import rapid_llm.kernels as K
+
+    native, a, b = form_rows
+    for bucket_numel, (fa, fb) in {1024: (2.0, 3.0), 1 << 20: (9.0, 5.0)}.items():
+        measurements.record("formed", a, "cpu", "fp32", bucket_numel, 4.0)
+        measurements.record("formed", b, "cpu", "fp32", bucket_numel, 6.0)
+        measurements.record(measurements.form_key("formed", "wide"), a, "cpu", "fp32", bucket_numel, fa)
+        measurements.record(measurements.form_key("formed", "wide"), b, "cpu", "fp32", bucket_numel, fb)
+    small, large = torch.randn(1024), torch.randn(1 << 20)
+    assert resolve("formed", small, 3.0).name == a and resolve("formed", large, 3.0).name == a
+    assert resolve("formed", small, 3.0, "wide").name == a
+    crossed = explain("formed", large, 3.0, "wide")
+    assert crossed.chosen.name == b and "form 'wide'" in str(crossed) and crossed.verdict(a).measured_us == 9.0
+    assert explain("formed", dtype="fp32", numel=1 << 20, form="wide").chosen.name == b
+    torch.testing.assert_close(K.formed(large, 3.0, "wide"), large * 3.0)
+    torch.testing.assert_close(K.formed(large, 3.0), large * 3.0)
+    assert K.formed.cached_entries() == 2  # one resolution per form
+    with pytest.raises(spec.RegistryError, match="no form 'narrow'; its other forms are 'wide'"):
+        explain("formed", large, 3.0, form="narrow")
+
+
+def test_a_form_without_figures_ranks_as_the_declared_one(form_rows):
+    native, a, b = form_rows
+    measurements.record("formed", b, "cpu", "fp32", 1024, 3.0)
+    measurements.record("formed", a, "cpu", "fp32", 1024, 5.0)
+    assert explain("formed", torch.randn(1024), 3.0, "wide").chosen.name == b
+
+
+def test_bench_op_times_a_form_and_records_it_apart(form_rows):
+    native, a, b = form_rows
+    measured = bench_op("formed", [1024], dtypes=["fp32"], rows=[a], device="cpu", repeats=3, form="wide")
+    assert [m.form for m in measured] == ["wide"]
+    assert measurements.lookup("formed[wide]", a, "cpu", "fp32", (1024).bit_length()) is not None
+    assert measurements.lookup("formed", a, "cpu", "fp32", (1024).bit_length()) is None
+    with pytest.raises(ValueError, match="no form 'narrow'"):
+        bench_op("formed", [1024], dtypes=["fp32"], device="cpu", form="narrow")
+
+
+def test_forms_and_form_of_come_together():
+    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape),), oracle=lambda x: x)
+    with pytest.raises(spec.RegistryError, match="give forms and form_of together"):
+        define_op("lonely", reference=reference, bench=_case, native=lambda x: x, forms={"f": _case})

@@ -324,3 +324,14 @@ def test_dispatch_and_compile_give_the_floor_within_one_ulp():
     assert torch.equal(args[2], native[2])
     assert int((args[0].view(torch.uint8).int() - native[0].view(torch.uint8).int()).abs().max()) <= 1
     print(K.explain("scaled_fp8_quant", *args))
+
+
+def test_a_call_s_form_is_read_from_its_scales_and_never_raises():
+    """What dispatch keys on (OpDecl.form_of): each form its own figures; a bad call is the rows' to name."""
+    from rapid_llm.kernels.ops.quant.scaled_fp8_quant_reference import FORMS, dynamic, form_of, static
+
+    x = torch.randn(3, 256)
+    assert form_of(*dynamic(x, 1)) is None  # per token: the form the bench case times
+    assert [form_of(*dynamic(x, None)), form_of(*dynamic(x, 2)), form_of(*static(x, torch.tensor([0.5])))] == \
+        list(FORMS)
+    assert form_of(None, "not a tensor", 3, True) is None and form_of() is None

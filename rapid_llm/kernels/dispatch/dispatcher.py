@@ -1,7 +1,7 @@
 """Pick the row that answers a call, and say why every other row does not.
 
-Resolution runs once per (op, dtype, device, size bucket, capture state) and is
-cached; the per-call path is one dict lookup and the call. Rows are filtered
+Resolution runs once per (op, dtype, device, size bucket, capture state, and
+the call's form for an op that declares forms: OpDecl.forms) and is cached; the per-call path is one dict lookup and the call. Rows are filtered
 (toolchain, dtype, device, golden, graph safety while capturing, arch) and the
 survivors ranked:
 
@@ -76,6 +76,7 @@ class Context:
     capturing: bool = False
     layout: str = "contiguous"
     rule: str = "caller"  # which figure ranks measured rows: RULES
+    form: str | None = None  # the op's form (OpDecl.forms), None for the one its bench case times
 
     @property
     def device_name(self) -> str:
@@ -136,7 +137,11 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
 
 
 def _measured(row: KernelSpec, ctx: Context) -> measurements.Figure | None:
-    return measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
+    figure = measurements.lookup(measurements.form_key(row.op, ctx.form), row.name, ctx.device_name, ctx.dtype,
+                                 ctx.bucket)
+    if figure is None and ctx.form is not None:  # a form without figures ranks as the declared one
+        figure = measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
+    return figure
 
 
 def _figure(measured: measurements.Figure | None, rule: str) -> float | None:
@@ -235,8 +240,56 @@ def _layout(tensors: Iterable[Any]) -> str:
     return _spec.layout_of(t for t in tensors if isinstance(t, torch.Tensor))
 
 
+def _form_labels(op: str) -> tuple[str | None, ...]:
+    """The op's forms by the id both call paths key on: 0 is the declared form (None)."""
+    try:
+        decl = _spec.get_decl(op)
+    except RegistryError:
+        return (None,)
+    return (None, *decl.forms)
+
+
+def _form_id(op: str) -> Callable[..., int] | None:
+    """What the dispatcher calls on each call to key on its form, for an op that declares forms."""
+    try:
+        decl = _spec.get_decl(op)
+    except RegistryError:
+        return None
+    if decl.form_of is None:
+        return None
+    ids = {label: i for i, label in enumerate(_form_labels(op))}
+    form_of = decl.form_of
+
+    def form_id(*args: Any, **kwargs: Any) -> int:
+        return ids.get(form_of(*args, **kwargs), 0)
+
+    return form_id
+
+
+#: ``_context``'s form when the call's arguments say it (resolve and explain with ``form=None``).
+_FROM_CALL = "<the call's>"
+
+
+def _call_form(op: str, tensors: tuple, form: str | None) -> str | None:
+    labels = _form_labels(op)
+    if form != _FROM_CALL:
+        if form not in labels:
+            known = ", ".join(repr(f) for f in labels[1:]) or "none"
+            raise RegistryError(f"{op}: no form {form!r}; its other forms are {known}")
+        return form
+    decl_form_of = _spec.get_decl(op).form_of if len(labels) > 1 else None
+    if decl_form_of is None or not tensors:
+        return None
+    try:
+        label = decl_form_of(*tensors)
+    except (TypeError, IndexError, AttributeError) as exc:
+        raise RegistryError(f"{op}: its form depends on the call's arguments: give them all, or form= "
+                            f"({type(exc).__name__}: {exc})") from None
+    return label if label in labels else None
+
+
 def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: int | None, capturing: bool | None,
-             layout: str | None = None, rule: str | None = None) -> Context:
+             layout: str | None = None, rule: str | None = None, form: str | None = _FROM_CALL) -> Context:
     if not _spec.rows_for(op):
         raise RegistryError(f"unknown op {op!r}; known ops: {', '.join(_spec.all_ops()) or 'none'}")
     tensors = tuple(tensors)
@@ -262,14 +315,15 @@ def _context(op: str, tensors: Iterable[Any], dtype: Any, device: Any, numel: in
     elif rule not in RULES:
         raise RegistryError(f"{op}: rule must be one of {', '.join(RULES)}, got {rule!r}")
     return Context(dtype_short, device, platform.size_bucket(numel if numel is not None else 1), bool(capturing),
-                   layout, rule)
+                   layout, rule, _call_form(op, tensors, form))
 
 
 def resolve(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None, rule: str | None = None) -> KernelSpec:
-    """The row that a call of ``op`` with these tensors would run (``rule``: see RULES; by default
-    ``device`` while capturing, else ``caller``)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, rule)
+            capturing: bool | None = None, layout: str | None = None, rule: str | None = None,
+            form: str | None = None) -> KernelSpec:
+    """The row that a call of ``op`` with these arguments would run (``rule``: see RULES; by default
+    ``device`` while capturing, else ``caller``; ``form``: one of the op's forms, else the call's)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, rule, _FROM_CALL if form is None else form)
     return _choose(_evaluate(op, ctx), ctx)[0][0][0]
 
 
@@ -289,7 +343,7 @@ class _OpMethods:
     rule = "caller"
 
     def _entry(self, x: torch.Tensor, layout: bool | str, capturing: bool,
-               has_out: bool = False) -> tuple[Callable[..., Any], bool]:
+               has_out: bool = False, form: int = 0) -> tuple[Callable[..., Any], bool]:
         """The callable for tensors like ``x``, and whether a capture would run the same (True: no need to
         ask whether one is under way; the flag both call paths keep as "graph safe").
 
@@ -297,10 +351,12 @@ class _OpMethods:
         call paths key on it as they computed it, so a contiguous call costs no name lookup.
         A row's function may offer ``specialize(x, has_out)``: a cheaper callable that computes the
         same for such calls (the floor of scale is ``torch.mul`` itself on CUDA without ``out=``).
+        ``form``: the call's form by id (``_form_id``; 0 for an op without forms).
         """
         if isinstance(layout, bool):
             layout = "contiguous" if layout else "strided"
-        ctx = _context(self.name, (x,), None, None, None, capturing, layout, "device" if capturing else self.rule)
+        ctx = _context(self.name, (x,), None, None, None, capturing, layout, "device" if capturing else self.rule,
+                       _form_labels(self.name)[form])
         row = _choose(_evaluate(self.name, ctx), ctx)[0][0][0]
         fn = row.call_path()
         specialize = getattr(fn, "specialize", None)
@@ -365,11 +421,12 @@ class Op(_OpMethods):
     """
 
     #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.dispatch.traced.register).
-    __slots__ = ("name", "dispatch_arg", "_cache", "__python_implementation__")
+    __slots__ = ("name", "dispatch_arg", "_cache", "form", "__python_implementation__")
 
     def __init__(self, name: str, arg: int = 0) -> None:
         self.name = name
         self.dispatch_arg = arg
+        self.form: Callable[..., int] | None = None  # the call's form id (_form_id), for an op with forms
         self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -383,20 +440,21 @@ class Op(_OpMethods):
                 tensors = (*args, out) if isinstance(out, torch.Tensor) else args
                 contiguous = "rows" if _layout(tensors) == "rows" else False
             has_out = out is not None
-            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous, has_out)  # ints hash fast
+            form = 0 if self.form is None else self.form(*args, **kwargs)
+            key = (x.dtype, x.get_device(), x.numel().bit_length(), contiguous, has_out, form)  # ints hash fast
         except (AttributeError, IndexError):
             got = type(args[self.dispatch_arg]).__name__ if len(args) > self.dispatch_arg else "nothing"
             raise TypeError(f"{self.name}(): argument {self.dispatch_arg + 1} must be a torch.Tensor, "
                             f"got {got}") from None
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._entry(x, contiguous, False, has_out)
+            entry = self._cache[key] = self._entry(x, contiguous, False, has_out, form)
         fn, safe = entry
         if not safe and x.is_cuda and torch.cuda.is_current_stream_capturing():
             ckey = key + (CAPTURING,)
             entry = self._cache.get(ckey)
             if entry is None:
-                entry = self._cache[ckey] = self._entry(x, contiguous, True, has_out)
+                entry = self._cache[ckey] = self._entry(x, contiguous, True, has_out, form)
             fn = entry[0]
         return fn(*args, **kwargs) if kwargs else fn(*args)
 
@@ -441,6 +499,7 @@ def get_op(name: str, rule: str = "caller") -> Any:
         fast = _fast_op_type()
         kind = (fast or Op) if rule == "caller" else _device_type(fast or Op)
         op = _ops[(name, rule)] = kind(name, _dispatch_arg(name))
+        op.form = _form_id(name)
         if rule == "caller":
             traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
     return op
@@ -462,8 +521,9 @@ def clear_cache() -> None:
     outside a capture is forgotten too (a row replaced by a new build has not)."""
     _warm.clear()
     _unfit.clear()
-    for op in _ops.values():
+    for (name, _), op in _ops.items():
         op.clear_cache()
+        op.form = _form_id(name)  # a redeclared op may have other forms
 
 
 _spec.on_change(clear_cache)  # the one change bus: rows, golden records, policies, measured figures
@@ -489,6 +549,7 @@ class Explanation:
         c = self.context
         cap = ", capturing a CUDA graph" if c.capturing else ""
         cap += {"contiguous": "", "rows": ", row-strided", "strided": ", strided"}[c.layout]
+        cap += f", form {c.form!r}" if c.form else ""
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
         head = f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
         # An eager call's rule goes without saying; the other is named where a measured figure is ranked by it.
@@ -516,10 +577,11 @@ class Explanation:
 
 
 def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel: int | None = None,
-            capturing: bool | None = None, layout: str | None = None, rule: str | None = None) -> Explanation:
-    """Every row of ``op`` with its verdict for these tensors (or dtype=/device=/numel=/layout=); ``rule``
-    as for :func:`resolve` (``rule="device"`` shows what a compiled graph's call picks)."""
-    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, rule)
+            capturing: bool | None = None, layout: str | None = None, rule: str | None = None,
+            form: str | None = None) -> Explanation:
+    """Every row of ``op`` with its verdict for a call with these arguments (or dtype=/device=/numel=/layout=);
+    ``rule`` and ``form`` as for :func:`resolve` (``rule="device"`` shows what a compiled graph's call picks)."""
+    ctx = _context(op, tensors, dtype, device, numel, capturing, layout, rule, _FROM_CALL if form is None else form)
     evaluated = _evaluate(op, ctx)
     ranked, cold = _choose(evaluated, ctx)
     winner, winner_m = ranked[0]

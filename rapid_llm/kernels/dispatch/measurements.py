@@ -274,6 +274,11 @@ def _find(sources: list[tuple[str, dict[str, dict[str, Any]]]], op: str, row: st
     return None
 
 
+def form_key(op: str, form: str | None) -> str:
+    """The name figures of one of an op's forms are stored under (``op`` itself for its declared form)."""
+    return op if form is None else f"{op}[{form}]"
+
+
 def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figure | None:
     """The median latency of ``row`` at the nearest measured bucket and its source, or None."""
     found = _find(_sources(device_name), op, row, dtype, bucket)

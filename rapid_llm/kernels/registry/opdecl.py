@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError
@@ -97,13 +97,22 @@ class OpDecl:
     token_numel: int | None = None
     schema: str | None = None
     rows: tuple[KernelSpec, ...] = ()
+    #: Other forms of the op whose best row may differ (fp8 quant per tensor vs per token): label -> bench case.
+    forms: Mapping[str, Callable[[int, Any, Any], CaseArgs]] = field(default_factory=dict)
+    #: A call's form: its label in ``forms``, or None for the form ``bench`` times (what dispatch ranks by).
+    form_of: Callable[..., str | None] | None = None
+
+
+#: Forms an op may declare besides its bench case's (the compiled dispatcher keys on 6 bits).
+MAX_FORMS = 63
 
 
 def define_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
               rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
               dtypes: Sequence[str] = ("bf16", "fp16", "fp32"), devices: Sequence[str] = ("cpu", "cuda"),
               doc: str = "", dispatch_arg: int = 0, token_numel: int | None = None,
-              schema: str | None = None) -> OpDecl:
+              schema: str | None = None, forms: Mapping[str, Callable[[int, Any, Any], CaseArgs]] | None = None,
+              form_of: Callable[..., str | None] | None = None) -> OpDecl:
     """Op ``name``'s declaration: its rows, reference and bench case, checked; it registers nothing.
 
     ``dispatch_arg`` is the positional argument whose dtype, device, size and
@@ -119,6 +128,15 @@ def define_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any
     The op becomes ``torch.ops.rapid_llm.<name>`` too (rapid_llm.kernels.dispatch.custom_ops),
     its schema derived from one native call on ``make_inputs``'s example, or
     ``schema`` (``"(Tensor x, float eps) -> Tensor"``) where that cannot run.
+
+    ``forms`` and ``form_of`` are for an op whose calls come in forms with
+    different best rows (fp8 quantisation per token, per tensor, per group):
+    each form's bench case by label, and ``form_of(*args, **kwargs)``, the
+    label of a call's form (None: the form ``bench`` times). Dispatch keys
+    on the form and ranks by that form's figures; a form without figures
+    ranks as the declared one. ``form_of`` runs on every call of the op,
+    before any row's checks: keep it to a few attribute reads, and let it
+    answer None rather than raise for a call it cannot read.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise RegistryError(f"declare_op: the op name must be an identifier, got {name!r}")
@@ -141,14 +159,24 @@ def define_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any
         raise RegistryError(f"declare_op({name!r}): dispatch_arg must be a non-negative int, got {dispatch_arg!r}")
     if token_numel is not None and (not isinstance(token_numel, int) or token_numel < 1):
         raise RegistryError(f"declare_op({name!r}): token_numel must be a positive int, got {token_numel!r}")
-    return OpDecl(name, reference, bench, doc, dispatch_arg, token_numel, schema, tuple(all_rows))
+    forms = dict(forms or {})
+    if (form_of is None) != (not forms):
+        raise RegistryError(f"declare_op({name!r}): give forms and form_of together")
+    bad = next((label for label, make in forms.items() if not (isinstance(label, str) and label and callable(make))),
+               None) if forms else None
+    if bad is not None or (form_of is not None and not callable(form_of)) or len(forms) > MAX_FORMS:
+        raise RegistryError(f"declare_op({name!r}): forms must map at most {MAX_FORMS} labels to bench cases "
+                            "(numel, dtype, device) -> CaseArgs, and form_of must be callable")
+    return OpDecl(name, reference, bench, doc, dispatch_arg, token_numel, schema, tuple(all_rows), forms, form_of)
 
 
 def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any], CaseArgs],
                rows: Sequence[KernelSpec] = (), native: Callable[..., Any] | None = None,
                dtypes: Sequence[str] = ("bf16", "fp16", "fp32"), devices: Sequence[str] = ("cpu", "cuda"),
                doc: str = "", replace: bool = False, dispatch_arg: int = 0,
-               token_numel: int | None = None, schema: str | None = None) -> OpDecl:
+               token_numel: int | None = None, schema: str | None = None,
+               forms: Mapping[str, Callable[[int, Any, Any], CaseArgs]] | None = None,
+               form_of: Callable[..., str | None] | None = None) -> OpDecl:
     """Declare op ``name`` now (a notebook's op): :func:`define_op`, added to the live registry.
 
     ``replace=True`` lets a re-run notebook cell declare the op again; a
@@ -156,7 +184,8 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
     rows of it too (until the next process), keeping rows it registered.
     """
     decl = define_op(name, reference=reference, bench=bench, rows=rows, native=native, dtypes=dtypes,
-                     devices=devices, doc=doc, dispatch_arg=dispatch_arg, token_numel=token_numel, schema=schema)
+                     devices=devices, doc=doc, dispatch_arg=dispatch_arg, token_numel=token_numel, schema=schema,
+                     forms=forms, form_of=form_of)
     _spec.add_op(decl, replace=replace)
     return decl
 

@@ -243,8 +243,12 @@ def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
             f"    dtypes={tuple(native.dtypes)!r},", f"    devices={tuple(native.devices)!r},",
             "    reference=Reference(" + ", ".join(ref_args) + "),", f"    bench={bench},",
             f"    dispatch_arg={decl.dispatch_arg!r},", f"    token_numel={decl.token_numel!r},",
-            *([f"    schema={decl.schema!r},"] if getattr(decl, "schema", None) else []),
-            *([] if ship else ["    replace=True,"])]
+            *([f"    schema={decl.schema!r},"] if getattr(decl, "schema", None) else [])]
+    if decl.forms:
+        forms = ", ".join(f"{label!r}: {_callable_arg(mod, make, f'the bench case of form {label!r}')}"
+                          for label, make in decl.forms.items())
+        call += [f"    forms={{{forms}}},", f"    form_of={_callable_arg(mod, decl.form_of, 'the form function')},"]
+    call += [] if ship else ["    replace=True,"]
     parts = [f'"""Op {op!r}: {decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that declared it '
              '(rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit it freely."""',
              "from __future__ import annotations", "",

@@ -14,6 +14,8 @@ DECLARATIONS = [define_op(
     bench=scaled_fp8_quant_reference.bench_case,
     token_numel=scaled_fp8_quant_reference.BENCH_HIDDEN,
     dispatch_arg=1,
+    forms=scaled_fp8_quant_reference.FORMS,
+    form_of=scaled_fp8_quant_reference.form_of,
     rows=[
         KernelSpec(
             name="native/scaled_fp8_quant",

@@ -14,6 +14,8 @@ mode: scales exact, values within one fp8 ulp, the count of 1-ulp values reporte
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rapid_llm.kernels.ops.token_inputs import BENCH_HIDDEN, randn, tokens_hidden
@@ -164,12 +166,36 @@ def bench_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs
     return _case(numel, dtype, device, 1, False)
 
 
-#: The other forms, timed beside the declared one by benchmarks/bench_llm_ops.py (same shapes).
-BENCH_VARIANTS = {
-    "dynamic per tensor": lambda numel, dtype, device: _case(numel, dtype, device, None, False),
-    "dynamic 1x128 groups": lambda numel, dtype, device: _case(numel, dtype, device, BENCH_HIDDEN // GROUP, False),
-    "static per tensor": lambda numel, dtype, device: _case(numel, dtype, device, None, True),
-}
+def per_tensor_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs:
+    return _case(numel, dtype, device, None, False)
+
+
+def group_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs:
+    return _case(numel, dtype, device, BENCH_HIDDEN // GROUP, False)
+
+
+def static_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs:
+    return _case(numel, dtype, device, None, True)
+
+
+#: The op's other forms (OpDecl.forms), each with its bench case at the declared one's shapes: a form's best
+#: row may differ (one pass per token, two over the tensor), so dispatch ranks each by its own figures.
+FORMS = {"dynamic per tensor": per_tensor_case, "dynamic 1x128 groups": group_case, "static per tensor": static_case}
+
+
+def form_of(output: Any = None, x: Any = None, scales: Any = None, static: Any = False, *rest: Any,
+            **kwargs: Any) -> str | None:
+    """A call's form: a label of FORMS, or None for dynamic per token (the bench case's). Reads shapes only,
+    and never raises: a bad call is the rows' checks to name."""
+    n, shape = getattr(scales, "numel", None), getattr(x, "shape", None)
+    if n is None or not shape or not callable(n):
+        return None
+    n, kind = n(), "static" if static is True else "dynamic"
+    if n == 1:
+        return f"{kind} per tensor"
+    if kind == "dynamic" and shape[-1] and n == (x.numel() // shape[-1]) * (shape[-1] // GROUP):
+        return "dynamic 1x128 groups"
+    return None
 
 REFERENCE = Reference(make_inputs=make_inputs, oracle=oracle, call=call, edge_cases=edge_cases,
                       compare=QuantisedOutput(parts=parts, value_ulps=1, scale_ulps=0))
