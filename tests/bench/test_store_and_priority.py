@@ -445,3 +445,13 @@ def test_forms_and_form_of_come_together():
     reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape),), oracle=lambda x: x)
     with pytest.raises(spec.RegistryError, match="give forms and form_of together"):
         define_op("lonely", reference=reference, bench=_case, native=lambda x: x, forms={"f": _case})
+
+
+def test_a_written_declaration_keeps_the_op_s_forms():
+    """What a verify child and promote write (rapid_llm.kernels.registry.opsource) declares the same forms."""
+    from rapid_llm.kernels.registry import opsource
+
+    namespace: dict = {}
+    exec(compile(opsource.module_source("scaled_fp8_quant", ship=True), "<declaration>", "exec"), namespace)
+    written, shipped = namespace["DECLARATION"], spec.get_decl("scaled_fp8_quant")
+    assert dict(written.forms) == dict(shipped.forms) and written.form_of is shipped.form_of
