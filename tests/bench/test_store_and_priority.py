@@ -455,3 +455,10 @@ def test_a_written_declaration_keeps_the_op_s_forms():
     exec(compile(opsource.module_source("scaled_fp8_quant", ship=True), "<declaration>", "exec"), namespace)
     written, shipped = namespace["DECLARATION"], spec.get_decl("scaled_fp8_quant")
     assert dict(written.forms) == dict(shipped.forms) and written.form_of is shipped.form_of
+
+
+def test_forms_must_be_labelled_bench_cases():
+    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape),), oracle=lambda x: x)
+    with pytest.raises(spec.RegistryError, match="forms must map at most 63 labels to bench cases"):
+        define_op("badforms", reference=reference, bench=_case, native=lambda x: x, forms={"": _case},
+                  form_of=lambda x: None)

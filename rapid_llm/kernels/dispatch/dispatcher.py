@@ -1,7 +1,8 @@
 """Pick the row that answers a call, and say why every other row does not.
 
 Resolution runs once per (op, dtype, device, size bucket, capture state, and
-the call's form for an op that declares forms: OpDecl.forms) and is cached; the per-call path is one dict lookup and the call. Rows are filtered
+the call's form for an op that declares forms: OpDecl.forms) and is cached;
+the per-call path is one dict lookup and the call. Rows are filtered
 (toolchain, dtype, device, golden, graph safety while capturing, arch) and the
 survivors ranked:
 

@@ -162,9 +162,8 @@ def define_op(name: str, *, reference: Reference, bench: Callable[[int, Any, Any
     forms = dict(forms or {})
     if (form_of is None) != (not forms):
         raise RegistryError(f"declare_op({name!r}): give forms and form_of together")
-    bad = next((label for label, make in forms.items() if not (isinstance(label, str) and label and callable(make))),
-               None) if forms else None
-    if bad is not None or (form_of is not None and not callable(form_of)) or len(forms) > MAX_FORMS:
+    well_formed = all(isinstance(label, str) and label and callable(make) for label, make in forms.items())
+    if not well_formed or (form_of is not None and not callable(form_of)) or len(forms) > MAX_FORMS:
         raise RegistryError(f"declare_op({name!r}): forms must map at most {MAX_FORMS} labels to bench cases "
                             "(numel, dtype, device) -> CaseArgs, and form_of must be callable")
     return OpDecl(name, reference, bench, doc, dispatch_arg, token_numel, schema, tuple(all_rows), forms, form_of)
