@@ -118,7 +118,7 @@ case $stage in
     ;;
   models)
     step bench_block python benchmarks/models/bench_block.py --repeats 30 --out "$out/block_nvidia_h200.json"
-    step custom_op_overhead python benchmarks/kernels/bench_custom_op_overhead.py --op rms_norm --pairs 7
+    step custom_op_overhead python benchmarks/kernels/bench_custom_op_overhead.py --op rms_norm --pairs 7 --cpp-floor
     step strided_graph python benchmarks/kernels/bench_strided.py --graph
     step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_custom_ops.py
     ;;

@@ -19,6 +19,10 @@ over calling the same work directly, for a Python kernel that returns its
 input (the boundary the custom op crosses, with no work inside) and for an
 aten C++ kernel (``torch.ops.aten.mul.Scalar`` against ``torch.mul``). No
 registration path can cost less than the second; the custom op pays the first.
+``--cpp-floor`` adds a C++ kernel that returns its input, registered with
+``TORCH_LIBRARY`` from a small extension built here (torch's C++ headers and a
+host compiler; about 30 s the first time): the third registration path, with
+no work inside.
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--n", type=int, default=500, help="calls per timed round")
     parser.add_argument("--pairs", type=int, default=15, help="interleaved rounds")
+    parser.add_argument("--cpp-floor", action="store_true", help="also time a TORCH_LIBRARY C++ kernel's floor")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = platform.torch_dtype(args.dtype)
@@ -83,12 +88,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = statistics.median(v - b for v, b in zip(values, runs[f"K.{args.op}"]))
         print(f"  {label:44s} {us:7.2f} us/call   vs K.{args.op}: {extra:+6.2f} us")
     print(f"  (medians over {args.pairs} interleaved rounds of {args.n} calls; K.{args.op} {base:.2f} us)")
-    floors(call_args[0], args.n, args.pairs)
+    floors(call_args[0], args.n, args.pairs, args.cpp_floor)
     return 0
 
 
-def floors(x: torch.Tensor, n: int, pairs: int) -> None:
-    """torch.ops' own cost per call over a direct call: a Python kernel with no work, and aten's C++ kernel."""
+_CPP_FLOOR = r"""
+#include <torch/library.h>
+#include <ATen/ATen.h>
+at::Tensor identity(const at::Tensor& x) { return x; }
+TORCH_LIBRARY_FRAGMENT(rapid_llm_cpp_floor, m) { m.def("identity(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(rapid_llm_cpp_floor, CompositeExplicitAutograd, m) { m.impl("identity", &identity); }
+"""
+
+
+def _cpp_identity() -> Callable[..., Any]:
+    """torch.ops.rapid_llm_cpp_floor.identity: a C++ kernel registered with TORCH_LIBRARY, built here."""
+    from torch.utils.cpp_extension import load_inline
+
+    load_inline("rapid_llm_cpp_floor", cpp_sources=[_CPP_FLOOR], is_python_module=False, extra_cflags=["-O2"])
+    return torch.ops.rapid_llm_cpp_floor.identity.default
+
+
+def floors(x: torch.Tensor, n: int, pairs: int, cpp: bool = False) -> None:
+    """torch.ops' own cost per call over a direct call: a Python kernel with no work, aten's C++ kernel, and
+    (``cpp``) a C++ kernel of our own with no work."""
     lib = torch.library.Library("rapid_llm_floor", "DEF")
     lib.define("identity(Tensor x) -> Tensor")
 
@@ -101,6 +124,8 @@ def floors(x: torch.Tensor, n: int, pairs: int) -> None:
         "Python kernel (returns its input)": (torch.ops.rapid_llm_floor.identity.default, identity, (x,)),
         "aten C++ kernel (mul.Scalar)": (torch.ops.aten.mul.Scalar, torch.mul, (x, 2.0)),
     }
+    if cpp:
+        pairs_of_arms["C++ kernel (returns its input)"] = (_cpp_identity(), identity, (x,))
     for label, (via_ops, direct, call_args) in pairs_of_arms.items():
         via_ops(*call_args), direct(*call_args)
         extra = []

@@ -60,3 +60,15 @@ def test_dispatch_overhead_reports_both_paths(capsys):
     printed = capsys.readouterr().out
     assert "through dispatch" in printed and "row called direct" in printed and "dispatch adds" in printed
     assert "torch.mul" in printed and "op / torch.mul" in printed
+
+
+def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys, monkeypatch, tmp_path):
+    """The call paths of an op, and what torch.ops costs by itself: a Python kernel, aten's, and one of our own
+    in C++ (the registration path a compiled graph would need to go under a Python kernel's floor)."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "torch_extensions"))
+    assert _load("bench_custom_op_overhead").main(["--op", "scale", "--device", "cpu", "--pairs", "1", "--n", "20",
+                                                   "--cpp-floor"]) == 0
+    printed = capsys.readouterr().out
+    for arm in ("K.scale", "torch.ops.rapid_llm.scale.default", "torch.library.custom_op", "row native/scale direct",
+                "Python kernel (returns its input)", "aten C++ kernel (mul.Scalar)", "C++ kernel (returns its input)"):
+        assert arm in printed, printed
