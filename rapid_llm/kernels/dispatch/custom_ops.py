@@ -116,6 +116,7 @@ def register(decl: Any) -> str | None:
 
 
 def _unbound(name: str, why: str) -> str:
+    _live_ops.pop(name, None)
     traced.unbind(name, why)
     return why
 
@@ -145,25 +146,33 @@ def _define(schema: OpSchema) -> None:
 # ------------------------------------------------------------------ implementations
 
 
+#: op name -> its dispatcher, while the op is not stale (a compiled graph's call is one lookup here).
+_live_ops: dict[str, Any] = {}
+
+
 def _live(name: str) -> Callable[..., Any]:
     """The op's dispatcher now (raises if the op went stale): the row choice happens inside it, by device
     time, since compiled graphs are what call the custom op (rapid_llm.kernels.dispatch.dispatcher.RULES)."""
+    op = _live_ops.get(name)
+    if op is not None:
+        return op
     stale = _bindings[name].stale
     if stale is not None:
         raise RuntimeError(stale)
-    return dispatch.get_op(name, rule="device")
+    op = _live_ops[name] = dispatch.get_op(name, rule="device")
+    return op
 
 
 def _impl_none(name: str) -> Callable[..., None]:
     def impl(*args: Any, **kwargs: Any) -> None:
-        _live(name)(*args, **kwargs)
+        (_live_ops.get(name) or _live(name))(*args, **kwargs)
 
     return impl
 
 
 def _impl_tensor(name: str) -> Callable[..., torch.Tensor]:
     def impl(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out = _live(name)(*args, **kwargs)
+        out = (_live_ops.get(name) or _live(name))(*args, **kwargs)
         # The fake says contiguous: a strided call's floor may return another layout.
         return out if out.is_contiguous() else out.contiguous()
 
@@ -172,14 +181,14 @@ def _impl_tensor(name: str) -> Callable[..., torch.Tensor]:
 
 def _impl_tensors(name: str) -> Callable[..., tuple]:
     def impl(*args: Any, **kwargs: Any) -> tuple:
-        return tuple(t.contiguous() for t in _live(name)(*args, **kwargs))
+        return tuple(t.contiguous() for t in (_live_ops.get(name) or _live(name))(*args, **kwargs))
 
     return impl
 
 
 def _impl_out(name: str) -> Callable[..., None]:
     def impl(*args: Any, out: torch.Tensor, **kwargs: Any) -> None:
-        _live(name)(*args, out=out, **kwargs)
+        (_live_ops.get(name) or _live(name))(*args, out=out, **kwargs)
 
     return impl
 
