@@ -37,20 +37,25 @@ def _case(numel, dtype, device):
     return CaseArgs((x, 3.0), {"out": torch.empty_like(x)}, bytes_moved=2 * x.nbytes)
 
 
+#: The reference of the private ops below: x times a factor (a form's extra argument changes nothing).
+_REFERENCE = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype), 3.0),
+                       oracle=lambda x, f, *form: x.double() * f)
+
+
+def _three_rows(op, floor, a, b, devices=("cpu",), floor_devices=None):
+    """A private op's native floor and two verified rows, ``triton/<op>_a`` and ``jit/<op>_b``."""
+    verified = GoldenRecord(verified=True)
+    return [KernelSpec(name=f"native/{op}", op=op, backend="native", target=floor, devices=floor_devices or devices),
+            KernelSpec(name=f"triton/{op}_a", op=op, backend="triton", target=a, devices=devices, golden=verified),
+            KernelSpec(name=f"jit/{op}_b", op=op, backend="jit", target=b, devices=devices, golden=verified)]
+
+
 @pytest.fixture
 def prio_rows():
     """Two verified CPU rows of a private op (and its native floor), declared in a registry of their own."""
-    rows = [
-        KernelSpec(name="native/prio", op="prio", backend="native", target=_mul, devices=("cpu",)),
-        KernelSpec(name="triton/prio_a", op="prio", backend="triton", target=_mul, devices=("cpu",),
-                   golden=GoldenRecord(verified=True)),
-        KernelSpec(name="jit/prio_b", op="prio", backend="jit", target=_mul, devices=("cpu",),
-                   golden=GoldenRecord(verified=True)),
-    ]
-    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype), 3.0),
-                          oracle=lambda x, f: x.double() * f)
+    rows = _three_rows("prio", _mul, _mul, _mul)
     with spec.isolated():
-        declare_op("prio", rows=rows, reference=reference, bench=_case)
+        declare_op("prio", rows=rows, reference=_REFERENCE, bench=_case)
         yield [r.name for r in rows]
 
 
@@ -343,16 +348,9 @@ def test_a_cuda_graph_captures_the_device_time_winner_after_one_eager_call():
             return _mul(x, f, out)
         return row
 
-    rows = [KernelSpec(name="native/prio", op="prio", backend="native", target=_mul, devices=("cpu", "cuda")),
-            KernelSpec(name="triton/prio_a", op="prio", backend="triton", target=tagged("a"), devices=("cuda",),
-                       golden=GoldenRecord(verified=True)),
-            KernelSpec(name="jit/prio_b", op="prio", backend="jit", target=tagged("b"), devices=("cuda",),
-                       golden=GoldenRecord(verified=True))]
-    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype),
-                                                                         3.0),
-                          oracle=lambda x, f: x.double() * f)
+    rows = _three_rows("prio", _mul, tagged("a"), tagged("b"), devices=("cuda",), floor_devices=("cpu", "cuda"))
     with spec.isolated():
-        declare_op("prio", rows=rows, reference=reference, bench=_case)
+        declare_op("prio", rows=rows, reference=_REFERENCE, bench=_case)
         name = platform.device_label(torch.device("cuda"))
         measurements.record("prio", "triton/prio_a", name, "fp32", 1024, 2.0, host_us=30.0, graph_us=2.0)
         measurements.record("prio", "jit/prio_b", name, "fp32", 1024, 3.0, host_us=4.0, graph_us=3.0)
@@ -377,13 +375,7 @@ def _scaled(x, factor, mode="plain", out=None):
 @pytest.fixture
 def form_rows():
     """A private op with two forms (by its third argument), two verified CPU rows and the floor."""
-    rows = [
-        KernelSpec(name="native/formed", op="formed", backend="native", target=_scaled, devices=("cpu",)),
-        KernelSpec(name="triton/formed_a", op="formed", backend="triton", target=_scaled, devices=("cpu",),
-                   golden=GoldenRecord(verified=True)),
-        KernelSpec(name="jit/formed_b", op="formed", backend="jit", target=_scaled, devices=("cpu",),
-                   golden=GoldenRecord(verified=True)),
-    ]
+    rows = _three_rows("formed", _scaled, _scaled, _scaled)
 
     def bench(numel, dtype, device):
         x = torch.randn(numel, device=device).to(dtype)
@@ -393,11 +385,8 @@ def form_rows():
         x = torch.randn(numel, device=device).to(dtype)
         return CaseArgs((x, 3.0, "wide"), {}, bytes_moved=2 * x.nbytes)
 
-    reference = Reference(make_inputs=lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype),
-                                                                         3.0),
-                          oracle=lambda x, f, mode="plain": x.double() * f)
     with spec.isolated():
-        declare_op("formed", rows=rows, reference=reference, bench=bench, forms={"wide": bench_wide},
+        declare_op("formed", rows=rows, reference=_REFERENCE, bench=bench, forms={"wide": bench_wide},
                    form_of=lambda x=None, f=None, mode="plain", out=None: "wide" if mode == "wide" else None)
         yield [r.name for r in rows]
 
