@@ -1,8 +1,8 @@
 // rapid_llm row: {"name": "jit/rotary_embedding", "op": "rotary_embedding", "fn": "rotary_embedding", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.0, "baseline": "native/rotary_embedding", "per_dtype": [["bf16", 0.0], ["fp16", 0.0], ["fp32", 0.0]]}, "graph_safe": true, "description": "one block per token, threads over (head, 16-byte run of pairs), cos/sin in registers; in place", "out": "none", "layouts": ["contiguous", "strided"]}
 // rotary_embedding: rotate q and k in place by each token's position (vLLM's form), fp16 / bf16 / fp32.
 //
-// One block per token. threadIdx.x walks the runs of pairs of a head, threadIdx.y the heads (q's, then
-// k's): a thread reads the cos/sin of its pairs once into registers and reuses them for every head it
+// One block per token (at decode sizes, per token and round of heads). threadIdx.x walks the runs of pairs
+// of a head, threadIdx.y the heads (q's, then k's): a thread reads the cos/sin of its pairs once into registers and reuses them for every head it
 // rotates. A run is 16 bytes of x and 16 bytes of y (neox: x and y are two contiguous runs half a
 // rotation apart; GPT-J: pairs are adjacent, so 32 contiguous bytes hold the run's pairs interleaved),
 // and cos/sin come as 16-byte loads too. Elements past rot_dim are neither read nor written.
@@ -87,6 +87,21 @@ __device__ __forceinline__ void load_cache_run(const void* cache, int mode, int6
   }
 }
 
+// Rotate the kN pairs of one run in registers: a and b are the run's two 16-byte halves (see first/second below).
+template <typename T, int kN, bool kNeox>
+__device__ __forceinline__ void rotate_run(Run<T, kN>& a, Run<T, kN>& b, const float (&c)[kN], const float (&s)[kN]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    // Pair j: neox (a[j], b[j]); GPT-J elements 2j and 2j+1 of the 2*kN run a then b.
+    T& xr = kNeox ? a.v[j] : (2 * j < kN ? a.v[2 * j] : b.v[2 * j - kN]);
+    T& yr = kNeox ? b.v[j] : (2 * j + 1 < kN ? a.v[2 * j + 1] : b.v[2 * j + 1 - kN]);
+    const float x = static_cast<float>(xr);
+    const float y = static_cast<float>(yr);
+    xr = static_cast<T>(__fsub_rn(__fmul_rn(x, c[j]), __fmul_rn(y, s[j])));
+    yr = static_cast<T>(__fadd_rn(__fmul_rn(y, c[j]), __fmul_rn(x, s[j])));
+  }
+}
+
 // The kernel over (token, head, run). kVector: 16-byte runs (element stride 1, every start aligned);
 // else one pair per run at any element stride. Heads 0..q_heads-1 are q's, the rest k's.
 template <typename T, bool kNeox, bool kVector>
@@ -134,16 +149,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
         for (int u = 0; u < kHeadsInFlight; ++u) {
           const int h = h0 + u * blockDim.y;
           if (h >= heads) continue;
-#pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            // Pair j: neox (a[j], b[j]); GPT-J elements 2j and 2j+1 of the 2*kN run a then b.
-            T& xr = kNeox ? a[u].v[j] : (2 * j < kN ? a[u].v[2 * j] : b[u].v[2 * j - kN]);
-            T& yr = kNeox ? b[u].v[j] : (2 * j + 1 < kN ? a[u].v[2 * j + 1] : b[u].v[2 * j + 1 - kN]);
-            const float x = static_cast<float>(xr);
-            const float y = static_cast<float>(yr);
-            xr = static_cast<T>(__fsub_rn(__fmul_rn(x, c[j]), __fmul_rn(y, s[j])));
-            yr = static_cast<T>(__fadd_rn(__fmul_rn(y, c[j]), __fmul_rn(x, s[j])));
-          }
+          rotate_run<T, kN, kNeox>(a[u], b[u], c, s);
           // Recomputed rather than kept from the loads: fewer live registers, more blocks per SM.
           const bool is_q = h < q_heads;
           const int64_t es = kVector ? 1 : (is_q ? q_stride_e : k_stride_e);
@@ -155,14 +161,62 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
     }
   }
 }
+
+// Decode sizes: the grid is a block column per token and blockIdx.y a round of heads, so a thread rotates one
+// head. Its q/k loads go out before the position is tested: a branch on the position would hold them until it
+// arrives, and they do not depend on it, so they overlap the token's position -> cos/sin chain of two round
+// trips. No minimum of resident blocks: a few blocks run, and the registers keep cos/sin without spilling.
+template <typename T, bool kNeox, bool kVector>
+__global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
+    const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
+    T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
+    T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
+    const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
+    int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos) {
+  constexpr int kN = kVector ? kVecBytes / static_cast<int>(sizeof(T)) : 1;
+  const int runs = half / kN;
+  const int heads = q_heads + k_heads;
+  const int h = blockIdx.y * blockDim.y + threadIdx.y;
+  const int64_t t = blockIdx.x;
+  if (h >= heads || t >= tokens) return;
+  const int64_t pos = positions_int64 ? static_cast<const int64_t*>(positions)[t * positions_stride]
+                                      : static_cast<int64_t>(static_cast<const int32_t*>(positions)[t * positions_stride]);
+  const bool is_q = h < q_heads;
+  const int64_t es = kVector ? 1 : (is_q ? q_stride_e : k_stride_e);
+  T* p = is_q ? q + t * q_stride_t + h * q_stride_h : k + t * k_stride_t + static_cast<int64_t>(h - q_heads) * k_stride_h;
+  for (int r = threadIdx.x; r < runs; r += blockDim.x) {
+    const int first = kNeox ? r * kN : 2 * r * kN;  // as in the kernel above
+    const int second = kNeox ? half + r * kN : 2 * r * kN + kN;
+    Run<T, kN> a = load_run<T, kN, kVector>(p + first * es, es);
+    Run<T, kN> b = load_run<T, kN, kVector>(p + second * es, es);
+    if (pos < 0 || pos >= max_pos) return;  // out of range: leave the token, never read outside the cache
+    const int64_t cache_row = pos * cache_stride_p;
+    float c[kN], s[kN];
+    load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(r * kN) * cache_stride_e,
+                          cache_stride_e, c);
+    load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(half + r * kN) * cache_stride_e,
+                          cache_stride_e, s);
+    rotate_run<T, kN, kNeox>(a, b, c, s);
+    store_run<T, kN, kVector>(p + first * es, es, a);
+    store_run<T, kN, kVector>(p + second * es, es, b);
+  }
+}
 #endif
 
 #if RL_HOST
 #include <algorithm>
+#include <type_traits>
 
-// The kernel this launcher starts, declared (the device pass defines it).
+// The kernels this launcher starts, declared (the device pass defines them).
 template <typename T, bool kNeox, bool kVector>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
+    const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
+    T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
+    T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
+    const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
+    int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
+template <typename T, bool kNeox, bool kVector>
+__global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
     T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
     T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
@@ -247,17 +301,27 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const int rounds = static_cast<int>(rl::cdiv(heads, max_y));
     const int threads_y = static_cast<int>(rl::cdiv(heads, rounds));
     const dim3 block(static_cast<unsigned>(threads_x), static_cast<unsigned>(threads_y));
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30));
+    // Few tokens (a decode step): a block per token and round of heads, each thread one head, while that grid
+    // fits the GPU about twice; past that, a block per token (grid-strided), its rounds in each thread.
+    const bool one_head = tokens * rounds <= 2 * static_cast<int64_t>(rl::sm_count());
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),
+                    one_head ? static_cast<unsigned>(rounds) : 1u);
     auto go = [&](auto kernel) {
       rl::launch(kernel, grid, block, 0, positions.data_ptr(), pos64, positions.stride(0), q.data<T>(), qv.stride_t,
                  qv.stride_h, qv.stride_e, k.data<T>(), kv.stride_t, kv.stride_h, kv.stride_e, cos_sin_cache.data_ptr(),
                  cache_mode, cos_sin_cache.stride(0), cos_sin_cache.stride(1), tokens, static_cast<int>(qv.heads),
                  static_cast<int>(kv.heads), half, cos_sin_cache.size(0));
     };
+    auto pick = [&](auto neox, auto vector) {
+      constexpr bool kNeox = decltype(neox)::value, kVector = decltype(vector)::value;
+      one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector>) : go(rotary_embedding_kernel<T, kNeox, kVector>);
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
     if (is_neox) {
-      vec ? go(rotary_embedding_kernel<T, true, true>) : go(rotary_embedding_kernel<T, true, false>);
+      vec ? pick(yes{}, yes{}) : pick(yes{}, no{});
     } else {
-      vec ? go(rotary_embedding_kernel<T, false, true>) : go(rotary_embedding_kernel<T, false, false>);
+      vec ? pick(no{}, yes{}) : pick(no{}, no{});
     }
   });
 }
