@@ -5,7 +5,9 @@
 For each op that declares ``token_numel``, on its bench case at T tokens: one eager ``K.<op>`` call (the
 caller's rule: what an eager caller pays), ``explain`` of that call, then the same call captured into a CUDA
 graph with ``explain`` taken inside the capture (the device-time rule), and the graph replayed and checked
-against the eager result. The figures both rules read are the committed results files of this GPU.
+against the eager result. An op that declares other forms (scaled_fp8_quant) then gets, per form, the row each
+rule picks at every benchmarked T, with explain's reason for the device rule's pick and the T where it changes
+(the CUDA/Triton crossover). The figures both rules read are the committed results files of this GPU.
 """
 from __future__ import annotations
 
@@ -60,6 +62,30 @@ def explain_op(op: str, tokens: int, dtype: torch.dtype, device: torch.device) -
     print(inside)
 
 
+#: The token counts bench_llm_ops.py records (its TOKENS): the buckets the committed figures cover.
+FORM_TOKENS = (1, 2, 4, 16, 64, 256, 1024, 4096, 16384)
+
+
+def form_table(op: str, dtype: str, device: torch.device) -> None:
+    """Per form of ``op``: the row each rule picks at every recorded T, and where the device rule's pick changes."""
+    decl = spec.get_decl(op)
+    for form in decl.forms:
+        print(f"\n== {op}, form {form!r}: the row each rule picks (explain, committed figures) ==")
+        print(f"{'T':>6}  {'eager caller (host or device time)':<40} {'capture / compiled (device time)':<36} why")
+        before = None
+        for t in FORM_TOKENS:
+            numel = t * (decl.token_numel or 1)  # an op without token_numel: T elements
+            eager = K.explain(op, dtype=dtype, device=device, numel=numel, form=form).chosen
+            inside = K.explain(op, dtype=dtype, device=device, numel=numel, form=form, rule="device").chosen
+            mark = f"  <- crossover from {before}" if before is not None and inside.name != before else ""
+            before = inside.name
+
+            def cell(v: object) -> str:
+                return f"{v.name} {v.measured_us:.2f} us" if v.measured_us is not None else f"{v.name} -"
+
+            print(f"{t:>6}  {cell(eager):<40} {cell(inside):<36} {inside.reason}{mark}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", nargs="+", help="default: every op that declares token_numel")
@@ -73,6 +99,9 @@ def main() -> None:
     print(f"{platform.device_label(device)}, torch {torch.__version__}, {args.dtype}, T={args.tokens}")
     for op in ops:
         explain_op(op, args.tokens, platform.torch_dtype(args.dtype), device)
+    for op in ops:
+        if spec.get_decl(op).forms:
+            form_table(op, args.dtype, device)
 
 
 if __name__ == "__main__":

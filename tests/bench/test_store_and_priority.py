@@ -5,6 +5,8 @@ import dataclasses
 import json
 import warnings
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -411,6 +413,27 @@ def test_each_form_ranks_by_its_own_figures_and_explain_names_the_crossover(form
     assert K.formed.cached_entries() == 2  # one resolution per form
     with pytest.raises(spec.RegistryError, match="no form 'narrow'; its other forms are 'wide'"):
         explain("formed", large, 3.0, form="narrow")
+
+
+def test_explain_in_capture_tables_each_form_s_pick_per_rule_and_marks_the_crossover(form_rows, capsys):
+    """benchmarks/kernels/explain_in_capture.py's form table, from recorded figures (the H200's, on a GPU)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "explain_in_capture.py"
+    loader = importlib.util.spec_from_file_location("explain_in_capture", path)
+    script = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(script)
+    native, a, b = form_rows
+    for t in script.FORM_TOKENS:  # a leads up to T=16, b from T=64 on
+        fa, fb = (2.0, 3.0) if t <= 16 else (9.0, 5.0)
+        measurements.record(measurements.form_key("formed", "wide"), a, "cpu", "fp32", t, fa, host_us=1.0)
+        measurements.record(measurements.form_key("formed", "wide"), b, "cpu", "fp32", t, fb, host_us=1.0)
+    script.form_table("formed", "fp32", torch.device("cpu"))
+    table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.split()[:1] != ["T"]
+             and line[:6].strip().isdigit()}
+    assert f"{a} 2.00 us" in table["16"] and "crossover" not in table["16"]
+    assert f"{b} 5.00 us" in table["64"] and f"<- crossover from {a}" in table["64"]
+    assert "crossover" not in table["16384"]
 
 
 def test_a_form_without_figures_ranks_as_the_declared_one(form_rows):
