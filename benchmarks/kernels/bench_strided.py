@@ -9,7 +9,9 @@ contiguous last dim. A row that declares layouts ("contiguous", "rows") should m
 the same bytes at the same speed on both; the ratio column is strided GB/s over
 contiguous GB/s (the goal: within 5 %, marked "<" when below 0.95). Each row is called
 directly (its call path, as bench_op does), and the op itself through dispatch is
-timed as "dispatch -> <row it chose>", which is what a model sees.
+timed as "dispatch -> <row it chose>", which is what a model sees. A last line copies x's
+view into a dense tensor (torch's ``copy_``): what the layout alone costs the memory system
+at that size, with no kernel of this project in it.
 
 Timing is rapid_llm.bench's (cold L2, CUDA events, medians). Each arm hands the harness
 its dense buffer and takes its view inside the timed call (both arms alike: ``buf[:, :H]``
@@ -78,6 +80,18 @@ def timed(fn: Callable[..., Any], case: Case, graph: bool, label: str) -> float:
     return bench(run, *case.args, bytes_moved=case.bytes_moved, graph=graph, label=label).gbps
 
 
+def copy_of_x(case: Case, graph: bool, label: str) -> float:
+    """GB/s of copying x's view into a dense [T, W] tensor: the layout's own cost, no row involved."""
+    width = case.width
+    buf = case.args[0]
+    dense = torch.empty((buf.shape[0], width), dtype=buf.dtype, device=buf.device)
+
+    def run(buf: torch.Tensor) -> torch.Tensor:
+        return dense.copy_(buf[:, :width])
+
+    return bench(run, buf, bytes_moved=2 * dense.nbytes, graph=graph, label=label).gbps
+
+
 def runnable(op: str, dtype: str, device: torch.device, numel: int) -> dict[str, str | None]:
     """Each row -> None when dispatch could choose it for both layouts here, else why not."""
     contiguous = explain(op, dtype=dtype, device=device, numel=numel, layout="contiguous")
@@ -124,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not name.startswith(("native/", "dispatch")):
                     fast, misses = fast + 1, misses + bool(mark)
                 print(f"{tokens:>6}  {name:<40} {gbps[0]:>11.1f} {gbps[1]:>12.1f} {ratio:>6.3f}{mark}")
+            copies = [copy_of_x(cases[s], args.graph, f"copy of x {'strided' if s else 'contiguous'}")
+                      for s in (False, True)]
+            print(f"{tokens:>6}  {'copy of x (the layout alone)':<40} {copies[0]:>11.1f} {copies[1]:>12.1f} "
+                  f"{copies[1] / copies[0]:>6.3f}")
             for name, why in verdicts.items():
                 if why is not None and tokens == args.tokens[0]:
                     print(f"{'':>6}  {name:<40} not run: {why}")

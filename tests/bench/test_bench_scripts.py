@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ def _load(name: str):
     path = BENCHMARKS / f"{name}.py" if (BENCHMARKS / f"{name}.py").exists() else BENCHMARKS / "kernels" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the script's body runs
     spec.loader.exec_module(module)
     return module
 
@@ -72,3 +74,12 @@ def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys, monkeyp
     for arm in ("K.scale", "torch.ops.rapid_llm.scale.default", "torch.library.custom_op", "row native/scale direct",
                 "Python kernel (returns its input)", "aten C++ kernel (mul.Scalar)", "C++ kernel (returns its input)"):
         assert arm in printed, printed
+
+
+def test_strided_script_times_each_row_and_the_layout_alone(capsys):
+    strided = _load("bench_strided")
+    assert strided.main(["--device", "cpu", "--tokens", "1", "3", "--hidden", "64", "--ops", "rms_norm"]) == 0
+    printed = capsys.readouterr().out
+    for line in ("native/rms_norm", "dispatch -> native/rms_norm", "copy of x (the layout alone)"):
+        assert sum(row.split()[1:2] == line.split()[:1] for row in printed.splitlines()) == 2, printed
+    assert "jit/rms_norm                             not run:" in printed
