@@ -18,6 +18,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.bench.ops import make_args
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.dispatch.dispatcher import RowVerdict
 from rapid_llm.kernels.registry import spec
 
 
@@ -66,6 +67,10 @@ def explain_op(op: str, tokens: int, dtype: torch.dtype, device: torch.device) -
 FORM_TOKENS = (1, 2, 4, 16, 64, 256, 1024, 4096, 16384)
 
 
+def _cell(verdict: RowVerdict) -> str:
+    return f"{verdict.name} {verdict.measured_text}"
+
+
 def form_table(op: str, dtype: str, device: torch.device) -> None:
     """Per form of ``op``: the row each rule picks at every recorded T, and where the device rule's pick changes."""
     decl = spec.get_decl(op)
@@ -79,11 +84,7 @@ def form_table(op: str, dtype: str, device: torch.device) -> None:
             inside = K.explain(op, dtype=dtype, device=device, numel=numel, form=form, rule="device").chosen
             mark = f"  <- crossover from {before}" if before is not None and inside.name != before else ""
             before = inside.name
-
-            def cell(v: object) -> str:
-                return f"{v.name} {v.measured_us:.2f} us" if v.measured_us is not None else f"{v.name} -"
-
-            print(f"{t:>6}  {cell(eager):<40} {cell(inside):<36} {inside.reason}{mark}")
+            print(f"{t:>6}  {_cell(eager):<40} {_cell(inside):<36} {inside.reason}{mark}")
 
 
 def main() -> None:
