@@ -111,11 +111,13 @@ class LlamaLayer(torch.nn.Module):
         q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
         ops.rotary_embedding(positions, q, k, cfg.head_dim, self.cos_sin_cache, True)  # in place on qkv's views
         tokens = x.shape[0]
+        # [1, heads, T, head_dim]: SDPA's fused (flash, cuDNN) kernels take 4-D inputs only; 3-D ones run the
+        # math path, which materialises the T x T scores (what a serving engine never does).
         attn = F.scaled_dot_product_attention(
-            q.view(tokens, cfg.heads, cfg.head_dim).transpose(0, 1),
-            k.view(tokens, cfg.kv_heads, cfg.head_dim).transpose(0, 1),
-            v.reshape(tokens, cfg.kv_heads, cfg.head_dim).transpose(0, 1),
+            q.view(1, tokens, cfg.heads, cfg.head_dim).transpose(1, 2),
+            k.view(1, tokens, cfg.kv_heads, cfg.head_dim).transpose(1, 2),
+            v.reshape(1, tokens, cfg.kv_heads, cfg.head_dim).transpose(1, 2),
             is_causal=True, enable_gqa=True)
-        o = F.linear(attn.transpose(0, 1).reshape(tokens, cfg.q_size), self.o_proj)
+        o = F.linear(attn.transpose(1, 2).reshape(tokens, cfg.q_size), self.o_proj)
         ops.fused_add_rms_norm(o, residual, self.post_norm, cfg.eps)
         return F.linear(ops.silu_and_mul(F.linear(o, self.gate_up)), self.down), residual
