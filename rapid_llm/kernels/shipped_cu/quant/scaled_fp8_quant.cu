@@ -210,17 +210,20 @@ template <typename T, bool kVec, bool kFromAmax>
 __global__ void __launch_bounds__(kBlock) tensor_quant_kernel(uint8_t* __restrict__ out, const T* __restrict__ x,
                                                               const float* __restrict__ slot, int64_t n) {
   constexpr int kN = Vec<T>::kN;
-  const float scale = kFromAmax ? scale_of(*slot) : *slot;
-  const float inv = 1.0f / scale;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kBlock;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  const int64_t n_vec = kVec ? n / kN : 0;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  // The thread's first vector is loaded before the scale is read: 1 / scale is a division with a slow path,
+  // and its branch would hold every later load until the scale arrives (two memory round trips at few tokens).
+  Vec<T> v;
+  if (kVec && first < n_vec) *reinterpret_cast<uint4*>(&v) = xv[first];
+  const float scale = kFromAmax ? scale_of(*slot) : *slot;
+  const float inv = 1.0f / scale;
   int64_t done = 0;
   if constexpr (kVec) {
-    const int64_t n_vec = n / kN;
-    const uint4* xv = reinterpret_cast<const uint4*>(x);
     for (int64_t i = first; i < n_vec; i += stride) {
-      Vec<T> v;
-      *reinterpret_cast<uint4*>(&v) = xv[i];
+      if (i != first) *reinterpret_cast<uint4*>(&v) = xv[i];
       store_vec(out + i * kN, v, inv);
     }
     done = n_vec * kN;
@@ -325,7 +328,9 @@ void launch_quant(uint8_t* out, const T* x, float* scales, int64_t n_groups, int
   const int64_t kN = kVecBytes / esize;
   const int64_t n_vec = size / kN;
   const bool vec = size % kN == 0 && aligned(x, kVecBytes) && aligned(out, kN);
-  if (n_groups == 1 && (size == 0 || !vec || n_vec > kMaxRowVecs)) {  // one group: spread it over the GPU
+  // One group: spread it over the GPU when it is wide, unaligned or static (no amax to reduce, so nothing
+  // gains from keeping it in one block).
+  if (n_groups == 1 && (is_static || size == 0 || !vec || n_vec > kMaxRowVecs)) {
     return launch_tensor<T>(out, x, scales, size, esize, is_static);
   }
   if (n_groups == 0 || size == 0) return;
