@@ -83,3 +83,13 @@ def test_strided_script_times_each_row_and_the_layout_alone(capsys):
     for line in ("native/rms_norm", "dispatch -> native/rms_norm", "copy of x (the layout alone)"):
         assert sum(row.split()[1:2] == line.split()[:1] for row in printed.splitlines()) == 2, printed
     assert "jit/rms_norm                             not run:" in printed
+
+
+def test_profile_vs_compile_lists_the_op_its_rows_and_compile_and_needs_a_gpu(capsys):
+    """What ncu is shown: the dispatched op, each row asked for (of that op only), torch.compile's kernel."""
+    script = _load("profile_vs_compile")
+    found = script.implementations("rms_norm", ["triton/rms_norm", "triton/silu_and_mul"])
+    assert list(found) == ["K.rms_norm", "triton/rms_norm", "torch.compile"]
+    if not __import__("torch").cuda.is_available():
+        assert script.main(["--ops", "rms_norm", "--tokens", "1"]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().out

@@ -1,0 +1,79 @@
+"""Our rows of an LLM op beside torch.compile's kernel for it, one call each, for ncu to read side by side.
+
+    ncu --profile-from-start off --set full -o OUT \\
+        python benchmarks/kernels/profile_vs_compile.py --ops rms_norm --tokens 16 [--print-code]
+
+At the token counts of decoding a row and torch.compile's kernel move the same few hundred kilobytes, so what
+separates them is latency: how many round trips to memory a thread waits on, how much code it runs between them,
+how the grid covers the rows. Figures of the bench harness say which is faster; ncu's counters say why. Each
+call runs inside the profiled range (torch.cuda.profiler start/stop) and an NVTX range named
+``<op> T=<T> <implementation>``, after warm-up calls outside it, so ncu sees exactly one launch of each.
+--print-code prints the Triton source Inductor generated for the op (its launch configuration included).
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import torch
+
+import rapid_llm.kernels as K
+from rapid_llm.bench.ops import make_args
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
+
+
+def _native(op: str):
+    return next(r for r in spec.rows_for(op) if r.is_native).load()
+
+
+def implementations(op: str, rows: Sequence[str]) -> dict[str, object]:
+    """label -> callable: the dispatched op, each named row, and torch.compile of the native row."""
+    found = {f"K.{op}": getattr(K, op)}
+    for name in rows:
+        row = spec.get_row(name)
+        if row.op == op:
+            found[name] = row.load()
+    found["torch.compile"] = torch.compile(_native(op), dynamic=False)
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", nargs="+", default=["rms_norm", "fused_add_rms_norm", "silu_and_mul"])
+    p.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128])
+    p.add_argument("--rows", nargs="*", default=[], help="rows to profile beside the dispatched op (any op's)")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--print-code", action="store_true", help="print the Triton source Inductor generated")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("profile_vs_compile: needs a CUDA device")
+        return 2
+    device = torch.device("cuda")
+    dtype = platform.torch_dtype(args.dtype)
+    for op in args.ops:
+        per_token = spec.get_decl(op).token_numel
+        impls = implementations(op, args.rows)
+        for t in args.tokens:
+            case = make_args(op, t * per_token, dtype, device)
+            kwargs = {k: v for k, v in case.kwargs.items() if k != "out"}
+            for label, fn in impls.items():
+                if label == "torch.compile" and args.print_code and t == args.tokens[0]:
+                    from torch._inductor.utils import run_and_get_code
+                    _, code = run_and_get_code(fn, *case.args, **kwargs)
+                    print(f"== {op} T={t}: Inductor's code ==\n" + "\n".join(code))
+                for _ in range(3):
+                    fn(*case.args, **kwargs)
+                chosen = K.explain(op, *case.args).chosen.name if label.startswith("K.") else label
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                with torch.cuda.nvtx.range(f"{op} T={t} {label}"):
+                    fn(*case.args, **kwargs)
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+                print(f"profiled {op} T={t} {label} ({chosen})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
