@@ -28,8 +28,20 @@
 // CTAs of 128 threads for bf16), which is what HBM needs at large T (more per
 // thread measured slower, one per thread 5-8 % slower). At small T (fewer items than the GPU has
 // thread slots) each thread takes one item, so the work spreads over as many
-// CTAs as it can: T = 1 at I = 14336 (bf16) is 14 CTAs, each thread one round
-// trip: latency-bound only.
+// CTAs as it can.
+//
+// Few tokens (every item of every row fits in the GPU's thread slots at once):
+// silu_and_mul_wave_kernel. A decode step is latency-bound, and on an H200 ncu
+// showed where the time went (T = 1 and 16 bf16, against torch.compile's
+// kernel: 3.39 against 2.37 us and 3.71 against 2.82 us at base clocks): the
+// same instructions per element spread over 4x fewer warps (16-byte items, 8
+// elements each with the accurate expf and an IEEE division), and stalls on
+// kernel-parameter loads (immediate-constant misses) before the first load.
+// So this kernel takes the narrowest item (4, 8 or 16 bytes) whose count still
+// fits in one wave of thread slots (T = 1 at I = 14336 bf16: 56 CTAs of 4-byte
+// items, where the general kernel had 14 of 16-byte ones), finds its row from
+// blockIdx.y and its item from a compile-time CTA width (no blockDim, no
+// division), and reads parameters that fit one 64-byte constant line.
 #include "common/rapid_llm.cuh"
 
 constexpr int kVecBytes = 16;         // one 128-bit load or store
@@ -122,6 +134,31 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(T* __restric
   }
 }
 
+// A word-sized view of one item: kItemBytes / 4 32-bit words, loaded and stored as one access.
+template <int kItemBytes>
+struct alignas(kItemBytes) Words {
+  uint32_t w[kItemBytes / 4];
+};
+
+// Few tokens: one item per thread, a row per blockIdx.y, kCta items of it per CTA (see the file comment).
+// Items are kItemBytes wide: I and both row strides are multiples of the item, both pointers aligned to it.
+template <typename T, int kItemBytes, int kCta>
+__global__ void __launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                                 int64_t x_stride, int64_t out_stride,
+                                                                 int row_items) {
+  using Item = Words<kItemBytes>;
+  const int j = static_cast<int>(blockIdx.x) * kCta + static_cast<int>(threadIdx.x);
+  if (j >= row_items) return;
+  const int64_t t = blockIdx.y;
+  const Item* __restrict__ a_v = reinterpret_cast<const Item*>(x + t * x_stride);
+  const Item a = a_v[j];
+  const Item b = a_v[j + row_items];
+  Item y;
+#pragma unroll
+  for (int k = 0; k < kItemBytes / 4; ++k) y.w[k] = silu_mul_word<T>(a.w[k], b.w[k]);
+  reinterpret_cast<Item*>(out + t * out_stride)[j] = y;
+}
+
 // Any I and alignment: one element per item, the same tiling (consecutive threads, consecutive elements).
 template <typename T, int kPerThread>
 __global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __restrict__ out,
@@ -162,8 +199,45 @@ __global__ void silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict
 template <typename T, int kPerThread>
 __global__ void silu_and_mul_scalar_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens,
                                            int64_t inner, int64_t out_stride, int64_t x_stride);
+template <typename T, int kItemBytes, int kCta>
+__global__ void silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t x_stride,
+                                         int64_t out_stride, int row_items);
 
-inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
+// CTA width of silu_and_mul_wave_kernel: 256 threads once there are items for a full CTA on every SM, else
+// 128, so few items still spread over many SMs (the shapes Inductor's launch heuristics choose here: at
+// I = 14336 bf16, 56 CTAs of 128 at T = 1, 448 of 256 at T = 16).
+template <typename T, int kItemBytes>
+void launch_wave(const T* x, T* out, int64_t x_stride, int64_t out_stride, int row_items, int64_t tokens) {
+  if (tokens * row_items >= int64_t{256} * rl::sm_count()) {
+    const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 256)), static_cast<unsigned>(tokens));
+    rl::launch(silu_and_mul_wave_kernel<T, kItemBytes, 256>, grid, dim3(256), 0, x, out, x_stride, out_stride,
+               row_items);
+  } else {
+    const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 128)), static_cast<unsigned>(tokens));
+    rl::launch(silu_and_mul_wave_kernel<T, kItemBytes, 128>, grid, dim3(128), 0, x, out, x_stride, out_stride,
+               row_items);
+  }
+}
+
+inline bool aligned_to(const void* p, int64_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+inline bool aligned16(const void* p) { return aligned_to(p, kVecBytes); }
+
+// The item width (4, 8 or 16 bytes) of silu_and_mul_wave_kernel for this call, or 0 where it does not apply:
+// the narrowest width that I, both row strides and both pointers allow whose items, over all rows, fit in one
+// wave of thread slots; rows of at least one CTA of items, and few enough for gridDim.y.
+inline int wave_item_bytes(const void* x, const void* out, int64_t inner, int64_t x_stride, int64_t out_stride,
+                           int64_t tokens, int64_t esize, int64_t thread_slots) {
+  if (tokens > 65535) return 0;
+  for (int bytes = 4; bytes <= kVecBytes; bytes *= 2) {
+    if (bytes < esize) continue;
+    const int64_t n = bytes / esize;  // elements per item
+    if (inner % n || x_stride % n || out_stride % n || !aligned_to(x, bytes) || !aligned_to(out, bytes)) return 0;
+    const int64_t row_items = inner / n;
+    if (row_items < kThreads || row_items > INT32_MAX) return 0;
+    if (tokens * row_items <= thread_slots) return bytes;
+  }
+  return 0;
+}
 
 
 inline int64_t next_pow2(int64_t v) {
@@ -198,7 +272,16 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
     using T = typename decltype(tag)::type;
     const T* x_p = x.data<T>();
     T* out_p = out.data<T>();
-    const int64_t vec_n = kVecBytes / x.element_size();  // T is incomplete in the host pass
+    const int64_t esize = x.element_size();  // T is incomplete in the host pass
+    const int item_bytes = wave_item_bytes(x_p, out_p, inner, x_stride, out_stride, tokens, esize, thread_slots);
+    if (item_bytes) {
+      const int row_items = static_cast<int>(inner * esize / item_bytes);
+      if (item_bytes == 4) launch_wave<T, 4>(x_p, out_p, x_stride, out_stride, row_items, tokens);
+      else if (item_bytes == 8) launch_wave<T, 8>(x_p, out_p, x_stride, out_stride, row_items, tokens);
+      else launch_wave<T, kVecBytes>(x_p, out_p, x_stride, out_stride, row_items, tokens);
+      return;
+    }
+    const int64_t vec_n = kVecBytes / esize;
     const bool vec = inner % vec_n == 0 && x_stride % vec_n == 0 && out_stride % vec_n == 0 && aligned16(x_p) &&
                      aligned16(out_p);
     const int64_t row_items = vec ? inner / vec_n : inner;
