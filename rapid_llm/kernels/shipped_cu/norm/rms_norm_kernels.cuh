@@ -21,6 +21,16 @@
 //    share a block of 128 threads with other rows, so a block is never a lone warp.
 //    On an H200 (bf16, hidden 4096) this moves 97% of what a copy of the same bytes
 //    does from T = 2048 tokens up, 91-93% of the large-copy roofline at T = 16384.
+//  - Row path (few rows: at most one wave of thread slots, row strides that fit 32 bits, 128 to 2048
+//    vectors a row): rms_norm_row_kernel, one row per CTA of a compile-time width (128, 256 or 512
+//    threads, the fewest that hold the row at one vector a thread, else 512 at 2 or 4). A decode step is
+//    latency-bound, and ncu on an H200 (rms_norm at T = 128 bf16: 4.00 us against torch.compile's
+//    3.49 at base clocks) showed the vector path's block-shape reads (blockDim) and its 72 bytes of
+//    parameters over two 64-byte constant lines stalling threads (immediate-constant misses) before
+//    their first load; this kernel reads no blockDim and its parameters (40 bytes: fused_add_rms_norm
+//    writes its output over x, rms_norm has no residual) fit one line. One wave only: at two (T = 1024,
+//    hidden 4096 bf16, 512-thread CTAs) it measured 10.1 us where the vector path's single wave of
+//    256-thread CTAs takes 8.9.
 //  - Generic path (any hidden, any alignment, rows too wide for registers): two passes
 //    over the row with scalar accesses; pass 2 reads the inputs again (from L2 for
 //    rows of ordinary width) and is the only one that writes, so the fp32 total it
@@ -46,6 +56,18 @@ struct RowPtr<P, true> {
 };
 template <typename P, bool kAlias>
 using row_ptr = typename RowPtr<P, kAlias>::type;
+
+// x of rms_norm_row_kernel: fused_add_rms_norm writes its output over x, rms_norm only reads it.
+template <typename T, bool kAdd>
+struct RowIn {
+  using type = const T* __restrict__;
+};
+template <typename T>
+struct RowIn<T, true> {
+  using type = T*;
+};
+template <typename T, bool kAdd>
+using row_in = typename RowIn<T, kAdd>::type;
 
 }  // namespace rms_norm_detail
 
@@ -167,6 +189,81 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// Few rows (see the file comment): row blockIdx.x, kThreads threads across it, kVecs 16-byte vectors each.
+// dst is out (rms_norm) or residual (kAdd: read, then written with the rounded total, and out is x).
+// The same arithmetic in the same order per thread as rms_norm_vec_kernel; the sum of squares meets over
+// kThreads / 32 warps.
+template <typename T, int kThreads, int kVecs, bool kAdd>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_row_kernel(row_in<T, kAdd> x, const T* __restrict__ weight, T* __restrict__ dst, int x_stride,
+                        int dst_stride, int hidden, float eps) {
+  constexpr int kN = Vec<T>::kN;
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float partials[kWarps];
+  const int64_t row = blockIdx.x;
+  const int n_vec = hidden / kN;
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
+  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
+  uint4* d_v = reinterpret_cast<uint4*>(dst + row * dst_stride);
+  Vec<T> xv[kVecs];
+  Vec<T> rv[kAdd ? kVecs : 1];
+  Vec<T> wv[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {  // every load in flight before any is used
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    const bool in = i < n_vec;
+    *reinterpret_cast<uint4*>(&xv[k]) = in ? x_v[i] : make_uint4(0, 0, 0, 0);
+    if constexpr (kAdd) *reinterpret_cast<uint4*>(&rv[k]) = in ? d_v[i] : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(&wv[k]) = in ? __ldg(w_v + i) : make_uint4(0, 0, 0, 0);
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    Vec<T> sum;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      float t = to_float(xv[k].v[j]);
+      if constexpr (kAdd) {
+        t += to_float(rv[k].v[j]);
+        sum.v[j] = from_float<T>(t);
+      }
+      sum_sq += t * t;
+    }
+    if constexpr (kAdd) {
+      const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+      if (i < n_vec) d_v[i] = *reinterpret_cast<const uint4*>(&sum);
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += partials[w];
+  const float scale = inv_rms(total, hidden, eps);
+  uint4* out_v;
+  if constexpr (kAdd) {
+    out_v = reinterpret_cast<uint4*>(x + row * x_stride);
+  } else {
+    out_v = d_v;
+  }
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    if (i < n_vec) {
+      Vec<T> y;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        float t = to_float(xv[k].v[j]);
+        if constexpr (kAdd) t += to_float(rv[k].v[j]);  // the same fp32 total as above, not the rounded one
+        y.v[j] = from_float<T>(t * scale * to_float(wv[k].v[j]));
+      }
+      out_v[i] = *reinterpret_cast<const uint4*>(&y);
+    }
+  }
+}
+
 // Any hidden size and alignment: two passes with scalar accesses (see the file comment).
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
@@ -218,6 +315,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_generic_kernel(row_ptr<T, kAdd> out, row_ptr<const T, kAdd> x, T* residual,
                             const T* __restrict__ weight, int64_t out_stride, int64_t x_stride, int64_t res_stride,
                             int64_t rows, int hidden, float eps);
+template <typename T, int kThreads, int kVecs, bool kAdd>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_row_kernel(row_in<T, kAdd> x, const T* __restrict__ weight, T* __restrict__ dst, int x_stride,
+                        int dst_stride, int hidden, float eps);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 
@@ -243,6 +344,34 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
   const bool rows_aligned = hidden % kN == 0 && s.out % kN == 0 && s.x % kN == 0 && (!kAdd || s.residual % kN == 0);
   const bool vec = rows_aligned && aligned16(out) && aligned16(x) && aligned16(weight) &&
                    (!kAdd || aligned16(residual)) && n_vec <= 4 * kMaxThreads;
+  const bool fits32 = s.x <= INT32_MAX && (kAdd ? s.residual : s.out) <= INT32_MAX;
+  const int64_t wave = static_cast<int64_t>(rl::sm_count()) * 2048;  // resident threads per SM (sm_80 .. sm_90)
+  const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;
+  if (vec && fits32 && (!kAdd || (out == x && s.out == s.x)) && n_vec >= 128 && rows * row_threads <= wave) {
+    // One row per CTA (the row path of the file comment).
+    T* dst = kAdd ? residual : out;
+    const auto xa = [&]() -> row_in<T, kAdd> {  // fused_add_rms_norm: x is out (checked above)
+      if constexpr (kAdd) {
+        return out;
+      } else {
+        return x;
+      }
+    }();
+    const int x_s = static_cast<int>(s.x), d_s = static_cast<int>(kAdd ? s.residual : s.out);
+    const dim3 grid(static_cast<unsigned>(rows));
+    if (n_vec <= 128) {
+      rl::launch(rms_norm_row_kernel<T, 128, 1, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
+    } else if (n_vec <= 256) {
+      rl::launch(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256), 0, xa, weight, dst, x_s, d_s, h, e);
+    } else if (n_vec <= 512) {
+      rl::launch(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+    } else if (n_vec <= 1024) {
+      rl::launch(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+    } else {
+      rl::launch(rms_norm_row_kernel<T, 512, 4, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+    }
+    return;
+  }
   if (vec) {
     // About 256 threads per row of the benchmark width, each with 1, 2 or 4 vectors in flight.
     const int vecs = n_vec <= 256 ? 1 : n_vec <= 512 ? 2 : 4;
