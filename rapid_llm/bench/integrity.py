@@ -245,11 +245,17 @@ class Guard:
                 Guard(self.sets, 2, repeats, self.device, self.clone_set, checks=False))
 
     @staticmethod
+    def medians_apart(seen_us: list[float], new_us: list[float]) -> bool:
+        """Seen content's median call much faster than new content's: what a memo shows, and what one stall
+        rarely fakes (it moves one call, not the median)."""
+        return statistics.median(seen_us) < MEMO_RATIO * statistics.median(new_us)
+
+    @staticmethod
     def looks_like_memo(seen_us: list[float], new_us: list[float]) -> bool:
         """Seen content much faster than new: the medians far apart, and every seen call faster than every new
         one (a memo hits each time; a stall in one pass, such as a host gap the GPU waited through, moves a
         median but not every call)."""
-        return statistics.median(seen_us) < MEMO_RATIO * statistics.median(new_us) and max(seen_us) < min(new_us)
+        return Guard.medians_apart(seen_us, new_us) and max(seen_us) < min(new_us)
 
     def judge_memo(self, fn: Callable[..., Any], seen_us: list[float], new_us: list[float], label: str) -> None:
         """Raise BenchRefused (content_memo) when seen content ran much faster than new content."""

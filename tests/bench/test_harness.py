@@ -9,6 +9,7 @@ import torch
 
 from rapid_llm.bench import BenchResult, bench, bench_host, bench_stateful, copy_roofline
 from rapid_llm.bench.harness import COLD_FACTOR, MAX_ROTATION_SETS, rotation_sets
+from rapid_llm.bench.integrity import BenchRefused, Guard
 
 
 def _check_shape(r: BenchResult) -> None:
@@ -140,3 +141,51 @@ def test_rotation_copies_keep_each_arguments_layout(make):
     assert c.shape == t.shape and c.stride() == t.stride() and torch.equal(c, t)
     assert c.storage_offset() * c.element_size() % 16 == t.storage_offset() * t.element_size() % 16
     assert c.numel() == 0 or c.data_ptr() != t.data_ptr()
+
+
+class _ProbeOnly:
+    """A Guard that only runs the memo probe: its passes are given, not timed."""
+
+    looks_like_memo = staticmethod(Guard.looks_like_memo)
+    medians_apart = staticmethod(Guard.medians_apart)
+    judge_memo = Guard.judge_memo
+
+    def check(self, *args):
+        pass
+
+    def probe_passes(self, fn, repeats):
+        return "seen", "new"
+
+    def memo_key(self, fn):
+        return ("probe-only", id(fn))
+
+
+def _passes(seen_rounds):
+    """timed_pass for _judge: each seen pass takes the next list of seen_rounds, every new pass 10 us a call."""
+    seen = iter(seen_rounds)
+    calls = []
+
+    def timed_pass(kind):
+        calls.append(kind)
+        return list(next(seen)) if kind == "seen" else [10.0] * 5
+    return timed_pass, calls
+
+
+def test_a_stall_in_one_memo_probe_round_does_not_clear_a_memo():
+    """One seen call slowed past every new call (a loaded machine) spoils a round; the probe runs it again."""
+    from rapid_llm.bench import harness
+
+    stalled, fast = [1.0, 1.0, 50.0, 1.0, 1.0], [1.0] * 5
+    timed_pass, calls = _passes([stalled, fast, fast, fast, fast, fast])
+    with pytest.raises(BenchRefused) as caught:
+        harness._judge(_ProbeOnly(), lambda: None, None, timed_pass, "memo")
+    assert caught.value.kind == "content_memo"
+    assert calls.count("seen") == 6  # the spoiled round, then the two that confirm
+
+
+def test_an_honest_row_is_cleared_after_one_memo_probe_round():
+    from rapid_llm.bench import harness
+
+    timed_pass, calls = _passes([[10.0] * 5] * 2)
+    harness._judge(_ProbeOnly(), lambda: None, None, timed_pass, "honest")
+    assert calls == ["seen", "new", "new", "seen"]
