@@ -10,8 +10,9 @@ the same bytes at the same speed on both; the ratio column is strided GB/s over
 contiguous GB/s (the goal: within 5 %, marked "<" when below 0.95). Each row is called
 directly (its call path, as bench_op does), and the op itself through dispatch is
 timed as "dispatch -> <row it chose>", which is what a model sees. A last line copies x's
-view into a dense tensor (torch's ``copy_``): what the layout alone costs the memory system
-at that size, with no kernel of this project in it.
+view into a dense tensor (torch's ``copy_``), with no kernel of this project in it. It was
+meant as the layout's own cost, but it is no bound: on the H200 torch's strided copy reaches
+0.43-0.53 of its dense copy, where every fast row keeps 0.95-0.99.
 
 Timing is rapid_llm.bench's (cold L2, CUDA events, medians). Each arm hands the harness
 its dense buffer and takes its view inside the timed call (both arms alike: ``buf[:, :H]``
@@ -81,7 +82,7 @@ def timed(fn: Callable[..., Any], case: Case, graph: bool, label: str) -> float:
 
 
 def copy_of_x(case: Case, graph: bool, label: str) -> float:
-    """GB/s of copying x's view into a dense [T, W] tensor: the layout's own cost, no row involved."""
+    """GB/s of torch's copy of x's view into a dense [T, W] tensor, no row involved (not a bound: see the top)."""
     width = case.width
     buf = case.args[0]
     dense = torch.empty((buf.shape[0], width), dtype=buf.dtype, device=buf.device)
