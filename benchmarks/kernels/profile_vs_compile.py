@@ -9,6 +9,12 @@ how the grid covers the rows. Figures of the bench harness say which is faster; 
 call runs inside the profiled range (torch.cuda.profiler start/stop) and an NVTX range named
 ``<op> T=<T> <implementation>``, after warm-up calls outside it, so ncu sees exactly one launch of each.
 --print-code prints the Triton source Inductor generated for the op (its launch configuration included).
+
+ncu locks the SM clock at base by default (about 1.48 GHz on an H200, where the timed benchmarks run at up to
+1.98): a kernel bound by issue gains from the higher clock and one bound by memory latency does not, so two
+kernels can trade places between ncu's durations and the benchmarks'. The norms' row kernel was ahead of
+Inductor's under ncu at T = 16-128 and behind it in the benchmarks; the clock is one candidate, not yet
+checked. Add ``--clock-control none`` to compare them at the clock the benchmarks see.
 """
 from __future__ import annotations
 
