@@ -105,6 +105,35 @@ __device__ __forceinline__ float inv_rms(float sum_sq, int hidden, float eps) {
   return rsqrtf(sum_sq / static_cast<float>(hidden) + eps);
 }
 
+// One 16-byte vector of a row, the arithmetic both kernels share. Its fp32 total (x, plus the residual r when
+// kAdd) squared into sum_sq, and (kAdd) that total rounded once into sum: the new residual.
+template <typename T, bool kAdd>
+__device__ __forceinline__ void add_squares(const Vec<T>& x, const Vec<T>& r, Vec<T>& sum, float& sum_sq) {
+#pragma unroll
+  for (int j = 0; j < Vec<T>::kN; ++j) {
+    float t = to_float(x.v[j]);
+    if constexpr (kAdd) {
+      t += to_float(r.v[j]);
+      sum.v[j] = from_float<T>(t);
+    }
+    sum_sq += t * t;
+  }
+}
+
+// The output of one vector: the same fp32 total (not the rounded residual) times scale and the weight, rounded
+// once to T.
+template <typename T, bool kAdd>
+__device__ __forceinline__ Vec<T> normalised(const Vec<T>& x, const Vec<T>& r, const Vec<T>& w, float scale) {
+  Vec<T> y;
+#pragma unroll
+  for (int j = 0; j < Vec<T>::kN; ++j) {
+    float t = to_float(x.v[j]);
+    if constexpr (kAdd) t += to_float(r.v[j]);
+    y.v[j] = from_float<T>(t * scale * to_float(w.v[j]));
+  }
+  return y;
+}
+
 // The row in registers. kAdd: x + residual, with residual written back (rounded) and x overwritten
 // (out == x). Pointers are 16-byte aligned, hidden and the row strides multiples of Vec<T>::kN (the
 // launcher checks).
@@ -151,15 +180,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int k = 0; k < kVecs; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     Vec<T> sum;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      float t = to_float(xv[k].v[j]);
-      if constexpr (kAdd) {
-        t += to_float(rv[k].v[j]);
-        sum.v[j] = from_float<T>(t);
-      }
-      sum_sq += t * t;
-    }
+    add_squares<T, kAdd>(xv[k], rv[kAdd ? k : 0], sum, sum_sq);
     if constexpr (kAdd) {
       if (live && i < n_vec) res_v[i] = *reinterpret_cast<const uint4*>(&sum);
     }
@@ -177,13 +198,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       if constexpr (kAdd && kWeightEarly) copy = wv[k];
       if constexpr (kAdd && !kWeightEarly) *reinterpret_cast<uint4*>(&copy) = __ldg(w_v + i);
       const Vec<T>& w = kAdd ? copy : wv[kAdd ? 0 : k];
-      Vec<T> y;
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        float t = to_float(xv[k].v[j]);
-        if constexpr (kAdd) t += to_float(rv[k].v[j]);  // the same fp32 total as above, not the rounded one
-        y.v[j] = from_float<T>(t * scale * to_float(w.v[j]));
-      }
+      const Vec<T> y = normalised<T, kAdd>(xv[k], rv[kAdd ? k : 0], w, scale);
       out_v[i] = *reinterpret_cast<const uint4*>(&y);
     }
   }
@@ -220,15 +235,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     Vec<T> sum;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      float t = to_float(xv[k].v[j]);
-      if constexpr (kAdd) {
-        t += to_float(rv[k].v[j]);
-        sum.v[j] = from_float<T>(t);
-      }
-      sum_sq += t * t;
-    }
+    add_squares<T, kAdd>(xv[k], rv[kAdd ? k : 0], sum, sum_sq);
     if constexpr (kAdd) {
       const int i = static_cast<int>(threadIdx.x) + k * kThreads;
       if (i < n_vec) d_v[i] = *reinterpret_cast<const uint4*>(&sum);
@@ -252,13 +259,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kVecs; ++k) {
     const int i = static_cast<int>(threadIdx.x) + k * kThreads;
     if (i < n_vec) {
-      Vec<T> y;
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        float t = to_float(xv[k].v[j]);
-        if constexpr (kAdd) t += to_float(rv[k].v[j]);  // the same fp32 total as above, not the rounded one
-        y.v[j] = from_float<T>(t * scale * to_float(wv[k].v[j]));
-      }
+      const Vec<T> y = normalised<T, kAdd>(xv[k], rv[kAdd ? k : 0], wv[k], scale);
       out_v[i] = *reinterpret_cast<const uint4*>(&y);
     }
   }
