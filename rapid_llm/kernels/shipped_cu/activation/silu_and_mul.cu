@@ -47,7 +47,6 @@
 constexpr int kVecBytes = 16;         // one 128-bit load or store
 constexpr int kThreads = 128;         // threads per CTA (bx * by)
 constexpr int kPerThreadDeep = 2;     // items per thread when the work fills the GPU
-constexpr int kThreadSlotsPerSm = 2048;  // resident threads per SM (sm_80 .. sm_90)
 
 #if RL_DEVICE
 // silu(a) * b in fp32: the native row's recipe (see the top of the file); the caller rounds once.
@@ -265,7 +264,7 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const int64_t tokens = n / inner;
-  const int64_t thread_slots = static_cast<int64_t>(rl::sm_count()) * kThreadSlotsPerSm;
+  const int64_t thread_slots = rl::resident_threads();
 
   // Step 3: launch on torch's current stream; rl::launch checks every launch.
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, "silu_and_mul", [&](auto tag) {

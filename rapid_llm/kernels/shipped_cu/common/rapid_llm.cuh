@@ -198,6 +198,7 @@ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 cudaStream_t current_stream();      // torch's current stream on the call's device
 int device_attribute(int attribute);  // a CUdevice_attribute of the call's device
 int sm_count();                       // streaming multiprocessors of the call's device
+int resident_threads();               // threads the call's device holds at once: one wave of a launch
 
 namespace detail {
 void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, void** args);

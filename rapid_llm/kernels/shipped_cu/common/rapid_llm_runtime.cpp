@@ -241,6 +241,14 @@ int sm_count() {
   return cached[device];
 }
 
+int resident_threads() {
+  static thread_local int cached[64] = {};
+  const int device = call_device("rl::resident_threads");
+  // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: 2048 on sm_80 and sm_90, 1536 on sm_86 and sm_89
+  if (cached[device] == 0) cached[device] = sm_count() * device_attribute(39);
+  return cached[device];
+}
+
 }  // namespace rl
 
 // rapid_llm_exports(), under the name rapid_llm_abi.h gives the binding.

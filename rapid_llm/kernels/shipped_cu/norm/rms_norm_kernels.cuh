@@ -346,7 +346,7 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
   const bool vec = rows_aligned && aligned16(out) && aligned16(x) && aligned16(weight) &&
                    (!kAdd || aligned16(residual)) && n_vec <= 4 * kMaxThreads;
   const bool fits32 = s.x <= INT32_MAX && (kAdd ? s.residual : s.out) <= INT32_MAX;
-  const int64_t wave = static_cast<int64_t>(rl::sm_count()) * 2048;  // resident threads per SM (sm_80 .. sm_90)
+  const int64_t wave = rl::resident_threads();
   const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;
   if (vec && fits32 && (!kAdd || (out == x && s.out == s.x)) && n_vec >= 128 && rows * row_threads <= wave) {
     // One row per CTA (the row path of the file comment).
