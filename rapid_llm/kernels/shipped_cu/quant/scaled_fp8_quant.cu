@@ -206,11 +206,14 @@ __global__ void __launch_bounds__(kBlock) tensor_amax_kernel(const T* __restrict
 }
 
 // kFromAmax: the slot holds the amax (the scale is derived here); else it holds a static scale.
+// stride is the grid's thread count, given rather than read from gridDim: every parameter a thread needs then
+// sits in one 64-byte constant line (the norms' decode kernels showed immediate-constant misses on an H200
+// costing a memory round trip each before the first load, where a few tokens are all latency).
 template <typename T, bool kVec, bool kFromAmax>
 __global__ void __launch_bounds__(kBlock) tensor_quant_kernel(uint8_t* __restrict__ out, const T* __restrict__ x,
-                                                              const float* __restrict__ slot, int64_t n) {
+                                                              const float* __restrict__ slot, int64_t n,
+                                                              int64_t stride) {
   constexpr int kN = Vec<T>::kN;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kBlock;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   const int64_t n_vec = kVec ? n / kN : 0;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
@@ -259,7 +262,8 @@ __global__ void __launch_bounds__(kBlock) tensor_amax_kernel(const T* __restrict
                                                              int64_t n);
 template <typename T, bool kVec, bool kFromAmax>
 __global__ void __launch_bounds__(kBlock) tensor_quant_kernel(uint8_t* __restrict__ out, const T* __restrict__ x,
-                                                              const float* __restrict__ slot, int64_t n);
+                                                              const float* __restrict__ slot, int64_t n,
+                                                              int64_t stride);
 
 inline bool aligned(const void* p, int64_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
@@ -303,20 +307,21 @@ void launch_tensor(uint8_t* out, const T* x, float* slot, int64_t n, int64_t esi
   const int64_t work = vec ? n / kN + n % kN : n;
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(rl::cdiv(work, kBlock),
                                                                                           8LL * rl::sm_count())));
+  const int64_t stride = static_cast<int64_t>(blocks) * kBlock;  // tensor_quant_kernel's grid, in threads
   if (is_static) {
     if (n == 0) return;
-    if (vec) rl::launch(tensor_quant_kernel<T, true, false>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n);
-    else rl::launch(tensor_quant_kernel<T, false, false>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n);
+    if (vec) rl::launch(tensor_quant_kernel<T, true, false>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
+    else rl::launch(tensor_quant_kernel<T, false, false>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
     return;
   }
   rl::launch(clear_kernel, dim3(1), dim3(1), 0, slot);
   if (n > 0) {
     if (vec) {
       rl::launch(tensor_amax_kernel<T, true>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
-      rl::launch(tensor_quant_kernel<T, true, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n);
+      rl::launch(tensor_quant_kernel<T, true, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
     } else {
       rl::launch(tensor_amax_kernel<T, false>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
-      rl::launch(tensor_quant_kernel<T, false, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n);
+      rl::launch(tensor_quant_kernel<T, false, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
     }
   }
   rl::launch(finish_scale_kernel, dim3(1), dim3(1), 0, slot);
