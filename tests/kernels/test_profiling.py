@@ -107,3 +107,22 @@ def test_occupancy_from_the_rules_is_what_the_driver_says(row):
     for symbol, blocks in report.driver_blocks.items():
         assert report.occupancy(symbol).blocks_per_sm == blocks, (symbol, report.notes)
         assert report.facts[symbol].max_threads >= report.block_size(symbol)  # the driver's largest block
+
+
+def test_against_compile_profiles_the_floor_of_the_op():
+    """torch.compile is given the op's native floor: the kernels Inductor makes for the same op."""
+    assert profiling._floor_row("rms_norm").name == "native/rms_norm"
+    assert profiling._floor_row("jit/rms_norm") is None  # a row name is no op
+    assert profiling.COMPILE_RANGE.format("native/rms_norm") == "torch.compile(native/rms_norm)"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(profiling.ncu_path() is None, reason="needs Nsight Compute (ncu)")
+def test_profile_against_compile_puts_inductors_kernel_beside_the_row():
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    result = profiling.profile("rms_norm", x, w, 1e-6, rows=["jit/rms_norm"], against_compile=True)
+    print(result)
+    assert result.problem is None, str(result)
+    assert [k.row for k in result.kernels] == ["jit/rms_norm", "torch.compile(native/rms_norm)"]
+    assert all(k.time_ns > 0 for k in result.kernels)

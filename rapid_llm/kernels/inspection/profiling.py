@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from rapid_llm.kernels.platform import cuda_tool
 
 __all__ = ["KernelProfile", "Profile", "profile", "ncu_path", "parse_ncu_csv", "kernel_profiles", "RANGE_PREFIX",
-           "COPY_RANGE", "ncu_problem"]
+           "COPY_RANGE", "COMPILE_RANGE", "ncu_problem"]
 
 #: NVTX ranges the child opens around each call: "rapid_llm.profile|<row name>".
 RANGE_PREFIX = "rapid_llm.profile|"
@@ -217,10 +217,19 @@ def _rows_to_profile(target: Any, inputs: tuple, rows: Sequence[str] | None) -> 
     return target, [r for r in spec.rows_for(target) if dtype in r.dtypes and "cuda" in r.devices and r.probe(x.device)]
 
 
-def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeout: float = TIMEOUT_S,
-            **kwargs: Any) -> Profile:
+#: The range of torch.compile's kernels when profile(..., against_compile=True): "torch.compile(<floor row>)".
+COMPILE_RANGE = "torch.compile({})"
+
+
+def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, against_compile: bool = False,
+            timeout: float = TIMEOUT_S, **kwargs: Any) -> Profile:
     """Profile one call of ``target`` (an op: each of its rows that takes these inputs, or ``rows``; a row name
-    or KernelSpec: that row) on ``inputs`` under Nsight Compute, in a child process."""
+    or KernelSpec: that row) on ``inputs`` under Nsight Compute, in a child process.
+
+    ``against_compile``: also one call of ``torch.compile`` of the op's native floor on the same inputs (static
+    shapes, compiled and warmed before the profiler starts), so the rows' counters sit beside the kernels
+    Inductor generates for the same op: at few tokens, where a row and Inductor move the same bytes, the
+    difference is in the launch shape, the instructions and the stalls."""
     import torch
 
     from rapid_llm.kernels.verification.isolate import recipe
@@ -247,10 +256,16 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeou
     if not recipes:
         result.problem = "no row to profile here"
         return result
+    compiled = None
+    if against_compile:
+        floor = _floor_row(target if isinstance(target, str) else chosen[0].op)
+        compiled = recipe(floor) if floor is not None else None
+        if compiled is None:
+            result.notes.append(f"{label}: no native floor a child can rebuild, so nothing to compile")
     with tempfile.TemporaryDirectory(prefix="rapid_llm_profile_") as tmp:
         job_path, inputs_path, log_path = Path(tmp, "job.json"), Path(tmp, "inputs.pt"), Path(tmp, "ncu.csv")
         torch.save((inputs, kwargs), inputs_path)
-        job_path.write_text(json.dumps({"recipes": recipes, "inputs": str(inputs_path)}))
+        job_path.write_text(json.dumps({"recipes": recipes, "compile": compiled, "inputs": str(inputs_path)}))
         metrics = ",".join([*METRICS, r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"])
         cmd = [ncu, "--profile-from-start", "off", "--nvtx", "--csv", "--page", "raw", "--print-units", "base",
                "--metrics", metrics, "--log-file", str(log_path),
@@ -275,6 +290,15 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, timeou
     if child:
         result.notes += child.get("notes", [])
     return result
+
+
+def _floor_row(op: str) -> Any | None:
+    """The op's native floor row (what torch.compile is given), or None for a name that is no op."""
+    from rapid_llm.kernels.registry import spec
+
+    if op not in spec.all_ops():
+        return None
+    return next((r for r in spec.rows_for(op) if r.is_native), None)
 
 
 def _child_result(stdout: str) -> dict[str, Any] | None:
