@@ -15,38 +15,38 @@
 // x = randn(T, 4I)[:, :2I] (vLLM's and FlashInfer's strided case) runs without a
 // copy; the last dim must be contiguous and the leading dims one uniform stride.
 //
-// Layout: each CTA covers by tokens x (bx * per_thread) items of one chunk of
-// I, where an item is a 16-byte vector (8 halves or 4 floats) when I and both
-// row strides are multiples of the vector width and both pointers are 16-byte
-// aligned, and one element otherwise (a tail such as I = 4097, a view starting
-// mid-vector, a row stride that leaves rows off the 16-byte grid).
-// CTAs are numbered chunk-fastest, so the CTAs in flight at once walk through
-// rows in address order; that measured a few percent faster on H200 than
-// token-fastest order. Each thread issues the loads of all its items (both
-// halves) before using any: kPerThreadDeep vector pairs (64 bytes) in flight
-// per thread, about 80 KB per SM at the occupancy its registers allow (10
-// CTAs of 128 threads for bf16), which is what HBM needs at large T (more per
-// thread measured slower, one per thread 5-8 % slower). At small T (fewer items than the GPU has
-// thread slots) each thread takes one item, so the work spreads over as many
-// CTAs as it can.
+// Layout (silu_and_mul_wave_kernel, every token count up to gridDim.y's 65535 rows of at least one CTA of
+// items): one item per thread, a row per blockIdx.y, a compile-time CTA width, where an item is 4, 8 or 16
+// bytes (the narrowest whose count still fits one wave of thread slots, else 16) when I, both row strides
+// and both pointers allow it. Measured on an H200 (bf16, I = 14336, cold L2): from T = 256 up, one 16-byte
+// item a thread over as many CTAs as it takes is 3-9 % faster than the kernel below with two items a
+// thread over half the CTAs (T = 16384: 324.4 against 336.6 us; Liger-Kernel 326.4), and likewise at
+// I = 8192 and 28672.
 //
-// Few tokens (every item of every row fits in the GPU's thread slots at once):
-// silu_and_mul_wave_kernel. A decode step is latency-bound, and on an H200 ncu
-// showed where the time went (T = 1 and 16 bf16, against torch.compile's
-// kernel: 3.39 against 2.37 us and 3.71 against 2.82 us at base clocks): the
-// same instructions per element spread over 4x fewer warps (16-byte items, 8
-// elements each with the accurate expf and an IEEE division), and stalls on
-// kernel-parameter loads (immediate-constant misses) before the first load.
-// So this kernel takes the narrowest item (4, 8 or 16 bytes) whose count still
-// fits in one wave of thread slots (T = 1 at I = 14336 bf16: 56 CTAs of 4-byte
-// items, where the general kernel had 14 of 16-byte ones), finds its row from
-// blockIdx.y and its item from a compile-time CTA width (no blockDim, no
-// division), and reads parameters that fit one 64-byte constant line.
+// Anything else (a tail such as I = 4097, a view starting mid-vector, a row stride that leaves rows off
+// the 16-byte grid, rows shorter than a CTA, more than 65535 rows): silu_and_mul_vec_kernel or
+// silu_and_mul_scalar_kernel, CTAs of by rows x bx threads over (chunk of I, rows), numbered
+// chunk-fastest so the CTAs in flight walk rows in address order; each thread issues the loads of all
+// its items (both halves) before using any, kPerThreadDeep of them when the work overfills the GPU.
+//
+// Why one item per thread at few tokens too: a decode step is latency-bound, and on an H200 ncu showed
+// where the time went (T = 1 and 16 bf16, against torch.compile's kernel: 3.39 against 2.37 us and 3.71
+// against 2.82 us at base clocks, before this kernel): the same instructions per element spread over 4x
+// fewer warps (16-byte items, 8 elements each with the accurate expf and an IEEE division), and stalls on
+// kernel-parameter loads (immediate-constant misses) before the first load. So the item is as narrow as
+// one wave allows (T = 1 at I = 14336 bf16: 56 CTAs of 4-byte items, where the general kernel had 14 of
+// 16-byte ones), a thread finds its row from blockIdx.y and its item from the compile-time CTA width (no
+// blockDim, no division), and the parameters fit one 64-byte constant line. What is left against
+// torch.compile at T <= 128 is the division: Inductor's kernel divides with Triton's fp32 `/`, which
+// lowers to an approximate division (ncu, T = 16: 258 K instructions against this kernel's 290 K), and
+// this kernel with __fdividef measured level with it (4.38 against 4.37 us at T = 1, 7.52 against 8.06
+// for the IEEE division at T = 128). This row keeps the IEEE division, so it stays bit for bit the
+// native row.
 #include "common/rapid_llm.cuh"
 
 constexpr int kVecBytes = 16;         // one 128-bit load or store
-constexpr int kThreads = 128;         // threads per CTA (bx * by)
-constexpr int kPerThreadDeep = 2;     // items per thread when the work fills the GPU
+constexpr int kThreads = 128;         // threads per CTA (bx * by) of the general kernels
+constexpr int kPerThreadDeep = 2;     // items per thread of the general kernels when the work fills the GPU
 
 #if RL_DEVICE
 // silu(a) * b in fp32: the native row's recipe (see the top of the file); the caller rounds once.
@@ -223,7 +223,7 @@ inline bool aligned16(const void* p) { return aligned_to(p, kVecBytes); }
 
 // The item width (4, 8 or 16 bytes) of silu_and_mul_wave_kernel for this call, or 0 where it does not apply:
 // the narrowest width that I, both row strides and both pointers allow whose items, over all rows, fit in one
-// wave of thread slots; rows of at least one CTA of items, and few enough for gridDim.y.
+// wave of thread slots, else 16 bytes; rows of at least one CTA of items, and few enough for gridDim.y.
 inline int wave_item_bytes(const void* x, const void* out, int64_t inner, int64_t x_stride, int64_t out_stride,
                            int64_t tokens, int64_t esize, int64_t thread_slots) {
   if (tokens > 65535) return 0;
@@ -233,7 +233,7 @@ inline int wave_item_bytes(const void* x, const void* out, int64_t inner, int64_
     if (inner % n || x_stride % n || out_stride % n || !aligned_to(x, bytes) || !aligned_to(out, bytes)) return 0;
     const int64_t row_items = inner / n;
     if (row_items < kThreads || row_items > INT32_MAX) return 0;
-    if (tokens * row_items <= thread_slots) return bytes;
+    if (tokens * row_items <= thread_slots || bytes == kVecBytes) return bytes;
   }
   return 0;
 }
