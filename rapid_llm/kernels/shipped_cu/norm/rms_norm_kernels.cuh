@@ -19,18 +19,20 @@
 //    reduction of the sum of squares; then scale and store. Hidden 4096
 //    bf16 is 256 threads x 2 vectors of 8. Narrow rows (hidden 128 bf16: one warp)
 //    share a block of 128 threads with other rows, so a block is never a lone warp.
-//    On an H200 (bf16, hidden 4096) this moves 97% of what a copy of the same bytes
-//    does from T = 2048 tokens up, 91-93% of the large-copy roofline at T = 16384.
-//  - Row path (few rows: at most one wave of thread slots, row strides that fit 32 bits, 128 to 2048
-//    vectors a row): rms_norm_row_kernel, one row per CTA of a compile-time width (128, 256 or 512
-//    threads, the fewest that hold the row at one vector a thread, else 512 at 2 or 4). A decode step is
-//    latency-bound, and ncu on an H200 (rms_norm at T = 128 bf16: 4.00 us against torch.compile's
-//    3.49 at base clocks) showed the vector path's block-shape reads (blockDim) and its 72 bytes of
-//    parameters over two 64-byte constant lines stalling threads (immediate-constant misses) before
-//    their first load; this kernel reads no blockDim and its parameters (40 bytes: fused_add_rms_norm
-//    writes its output over x, rms_norm has no residual) fit one line. One wave only: at two (T = 1024,
-//    hidden 4096 bf16, 512-thread CTAs) it measured 10.1 us where the vector path's single wave of
-//    256-thread CTAs takes 8.9.
+//    It serves the rows the row path below does not take (fewer than 128 vectors, strides
+//    past 32 bits, rms_norm rows of 1024 vectors and more past one wave).
+//  - Row path (row strides that fit 32 bits, 128 to 2048 vectors a row): rms_norm_row_kernel, one row per
+//    CTA of a compile-time width, two vectors a thread (128, 256 or 512 threads; 4 vectors at 512 past
+//    1024). A decode step is latency-bound, and ncu on an H200 (rms_norm at T = 128 bf16: 4.00 us
+//    against torch.compile's 3.49 at base clocks) showed the vector path's block-shape reads (blockDim)
+//    and its 72 bytes of parameters over two 64-byte constant lines stalling threads (immediate-constant
+//    misses) before their first load; this kernel reads no blockDim and its parameters (40 bytes:
+//    fused_add_rms_norm writes its output over x, rms_norm has no residual) fit one line. Two vectors a
+//    thread rather than one measured faster at every T on an H200 (cold L2, bf16, hidden 4096: T = 1
+//    4.77 against 4.90 us, T = 256 6.27 against 6.46), and at rows of 256 and 512 vectors this path
+//    beats the vector path at every T (hidden 2048, T = 16384: 36.7 against 42.1 us). At rows of 1024
+//    and more rms_norm keeps it to one wave of thread slots (past it the vector path measured 1-3 %
+//    faster at hidden 8192), fused_add_rms_norm takes it at every T (10 % faster at T = 1024 there).
 //  - Generic path (any hidden, any alignment, rows too wide for registers): two passes
 //    over the row with scalar accesses; pass 2 reads the inputs again (from L2 for
 //    rows of ordinary width) and is the only one that writes, so the fp32 total it
@@ -347,8 +349,10 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
                    (!kAdd || aligned16(residual)) && n_vec <= 4 * kMaxThreads;
   const bool fits32 = s.x <= INT32_MAX && (kAdd ? s.residual : s.out) <= INT32_MAX;
   const int64_t wave = rl::resident_threads();
-  const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;
-  if (vec && fits32 && (!kAdd || (out == x && s.out == s.x)) && n_vec >= 128 && rows * row_threads <= wave) {
+  const unsigned row_threads = n_vec <= 256 ? 128 : n_vec <= 512 ? 256 : 512;
+  const bool row_any_t = n_vec <= 512 || kAdd;  // else one wave at most (the file comment)
+  if (vec && fits32 && (!kAdd || (out == x && s.out == s.x)) && n_vec >= 128 && rows <= INT32_MAX &&
+      (row_any_t || rows * row_threads <= wave)) {
     // One row per CTA (the row path of the file comment).
     T* dst = kAdd ? residual : out;
     const auto xa = [&]() -> row_in<T, kAdd> {  // fused_add_rms_norm: x is out (checked above)
@@ -363,9 +367,9 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     if (n_vec <= 128) {
       rl::launch(rms_norm_row_kernel<T, 128, 1, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
     } else if (n_vec <= 256) {
-      rl::launch(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
     } else if (n_vec <= 512) {
-      rl::launch(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256), 0, xa, weight, dst, x_s, d_s, h, e);
     } else if (n_vec <= 1024) {
       rl::launch(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
     } else {
