@@ -291,7 +291,11 @@ void launch_warp_groups(uint8_t* out, const T* x, float* scales, int64_t n_group
 
 template <typename T, bool kStatic>
 void launch_block_groups(uint8_t* out, const T* x, float* scales, int64_t n_groups, int64_t size, int64_t n_vec) {
-  const int vecs = n_vec <= kBlock ? 1 : n_vec <= 2 * kBlock ? 2 : n_vec <= 4 * kBlock ? 4 : 8;
+  // Groups enough to fill the GPU at kBlock threads each: 128 threads with more vectors each. On an H200
+  // (per token, bf16, H = 4096, cold L2) that measured 52.9 against 56.6 us at T = 16384, 18.1 against 18.6
+  // at 4096.
+  const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;
+  const int vecs = n_vec <= per ? 1 : n_vec <= 2 * per ? 2 : n_vec <= 4 * per ? 4 : 8;
   const dim3 grid(static_cast<unsigned>(n_groups));
   const dim3 block(round_up_warp(rl::cdiv(n_vec, vecs)));
   if (vecs == 1) rl::launch(groups_block_kernel<T, 1, kStatic>, grid, block, 0, out, x, scales, size);
