@@ -93,3 +93,22 @@ def test_profile_vs_compile_lists_the_op_its_rows_and_compile_and_needs_a_gpu(ca
     if not __import__("torch").cuda.is_available():
         assert script.main(["--ops", "rms_norm", "--tokens", "1"]) == 2
         assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def test_launch_variants_still_apply_to_the_shipped_sources():
+    """Each variant's replacements find their text in today's source (a stale table fails here, not on a GPU)."""
+    script = _load("bench_launch_variants")
+    for op, variants in script.VARIANTS.items():
+        main, extra = script.SOURCES[op]
+        shipped = {script.Path(rel).name: (script.SH / rel).read_text() for rel in [main, *extra]}
+        for label, subs in variants:
+            assert script.variant_sources(op, subs) != shipped, (op, label)
+
+
+def test_launch_variants_name_a_stale_replacement_and_need_a_gpu(capsys):
+    script = _load("bench_launch_variants")
+    with pytest.raises(ValueError, match="no longer has 'text that is not there'"):
+        script.variant_sources("silu_and_mul", {"text that is not there": "x"})
+    if not __import__("torch").cuda.is_available():
+        assert script.main(["--peer-bench", "."]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().out

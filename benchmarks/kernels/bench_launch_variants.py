@@ -1,0 +1,270 @@
+"""Launch-shape variants of the shipped CUDA rows, timed against torch.compile and Liger-Kernel, interleaved.
+
+    python benchmarks/kernels/bench_launch_variants.py --peer-bench PEER_DIR [--ops silu_and_mul] \\
+        [--tokens 1 16 128 1024] [--model llama3.2-1b]
+
+A launch-shape decision (CTA width, items a thread, which kernel past which T) is settled by timing both shapes
+in one process on the same inputs. Each variant in VARIANTS is the shipped source with a few replacements,
+built by the project's JIT as a row of its own; the table keeps the alternatives each shipped choice was
+measured against (the shape before it, and Inductor's cheaper division for silu_and_mul, a measurement only).
+Inputs, plain-torch references and the model shapes come from the peer benchmark kept beside the repository
+(PEER_DIR holds its bench_peers.py); Liger-Kernel joins when it imports.
+
+Timing: rounds of every implementation once, each call after a 256 MiB memset (cold L2) between CUDA events,
+the GPU held busy while the host queues a round, the order rotated each round; median over rounds. Each
+implementation has its own copy of the inputs, and two implementations of one kernel can differ by a few
+percent for that alone (rotary_embedding's K and jit columns, one kernel, differ most).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import rapid_llm.kernels as K
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.build.jit_row import JitRow
+
+bp: Any = None  # the peer benchmark's module (main imports it from --peer-bench)
+SH = platform.SHIPPED_CU
+
+NORM_CUH = "norm/rms_norm_kernels.cuh"
+ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, within one wave (the shape before)
+    "const unsigned row_threads = n_vec <= 256 ? 128 : n_vec <= 512 ? 256 : 512;":
+        "const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;",
+    "const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = false;",
+    "rl::launch(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
+        "rl::launch(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)",
+    "rl::launch(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256)":
+        "rl::launch(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512)",
+}
+#: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
+VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "silu_and_mul": [
+        # past one wave: two 16-byte items a thread over half the CTAs (the general kernel), as before
+        ("two_items", {"if (tokens * row_items <= thread_slots || bytes == kVecBytes) return bytes;":
+                       "if (tokens * row_items <= thread_slots) return bytes;"}),
+        # Inductor's cheaper division (changes the numerics: a measurement, never a row)
+        ("fastdiv", {"return a / (1.0f + expf(-a)) * b;": "return __fdividef(a, 1.0f + expf(-a)) * b;"}),
+        ("cta128", {"if (tokens * row_items >= int64_t{256} * rl::sm_count()) {": "if (false) {"}),
+    ],
+    "rms_norm": [("one_vec_one_wave", ROW_TWO)],
+    "fused_add_rms_norm": [("one_vec_one_wave", ROW_TWO)],
+    "rotary_embedding": [
+        ("decode_2_per_sm", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
+                             "const bool one_head = tokens * rounds <= 2 * static_cast<int64_t>(rl::sm_count());"}),
+    ],
+    "scaled_fp8_quant": [
+        ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":
+                      "const int64_t per = kBlock;"}),
+    ],
+}
+SOURCES = {"silu_and_mul": ("activation/silu_and_mul.cu", []), "rms_norm": ("norm/rms_norm.cu", [NORM_CUH]),
+           "fused_add_rms_norm": ("norm/fused_add_rms_norm.cu", [NORM_CUH]),
+           "rotary_embedding": ("rope/rotary_embedding.cu", []),
+           "scaled_fp8_quant": ("quant/scaled_fp8_quant.cu", [])}
+OUT_RULE = {"silu_and_mul": "half_last_dim", "rms_norm": "like_input", "fused_add_rms_norm": "none",
+            "rotary_embedding": "none", "scaled_fp8_quant": "none"}
+
+
+def variant_sources(op: str, subs: dict[str, str]) -> dict[str, str]:
+    """file name -> text of one variant: the op's shipped source (and its local header) with ``subs`` applied.
+
+    Raises ValueError naming any replacement whose shipped text is gone (the table went stale)."""
+    main, extra = SOURCES[op]
+    texts, done = {}, set()
+    for rel in [main, *extra]:
+        text = (SH / rel).read_text()
+        for old, new in subs.items():
+            if old in text:
+                text = text.replace(old, new)
+                done.add(old)
+        texts[Path(rel).name] = text
+    missing = [old for old in subs if old not in done]
+    if missing:
+        raise ValueError(f"{op}: the shipped source no longer has {missing[0]!r}")
+    return texts
+
+
+def build_variant(op: str, label: str, subs: dict[str, str], work: Path) -> JitRow:
+    """The variant as a row of its own, built by the project's JIT in ``work/<op>_<label>/``."""
+    d = work / f"{op}_{label}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    main = Path(SOURCES[op][0]).name
+    for name, text in variant_sources(op, subs).items():
+        (d / (f"{Path(main).stem}_{label}.cu" if name == main else name)).write_text(text)
+    row = JitRow(d / f"{Path(main).stem}_{label}.cu", op, out=OUT_RULE[op])
+    row.bound()  # build now, outside the timing
+    return row
+
+
+def call_for(op: str, fn: Callable[..., Any]) -> Callable[[dict], Any]:
+    """One timed call of ``fn`` (the op's calling convention) on an implementation's own inputs."""
+    if op == "scaled_fp8_quant":
+        return lambda s: fn(s["out"], s["x"], s["scales"], False)
+    if op == "rms_norm":
+        return lambda s: fn(s["x"], s["w"], bp.EPS)
+    if op == "fused_add_rms_norm":
+        return lambda s: fn(s["x"], s["residual"], s["w"], bp.EPS)
+    if op == "silu_and_mul":
+        return lambda s: fn(s["x"])
+    return lambda s: fn(s["positions"], s["q"], s["k"], bp.HEAD, s["cache"], True)
+
+
+def fp8_inputs(t: int) -> dict[str, torch.Tensor]:
+    """scaled_fp8_quant per token at the model's hidden size (and 1x128 groups' scales for comparison)."""
+    x = torch.randn(t, bp.HIDDEN, device="cuda").to(torch.bfloat16)
+    return {"x": x, "out": torch.empty(t, bp.HIDDEN, device="cuda", dtype=torch.float8_e4m3fn),
+            "scales": torch.empty(t, 1, device="cuda"), "g128": torch.empty(t, bp.HIDDEN // 128, device="cuda")}
+
+
+def liger_impl(op: str) -> tuple[Callable[[dict], None] | None, Callable[[dict], Any]] | None:
+    """Liger-Kernel's call of ``op`` as the peer benchmark makes it (its preparation untimed), if it imports."""
+    if op == "scaled_fp8_quant":
+        return None
+    try:
+        from liger_kernel.ops import (LigerFusedAddRMSNormFunction, LigerRMSNormFunction, LigerRopeFunction,
+                                      LigerSiLUMulFunction)
+    except Exception as exc:  # noqa: BLE001
+        print(f"liger: {exc}")
+        return None
+    if op == "rms_norm":
+        return None, lambda s: LigerRMSNormFunction.apply(s["x"], s["w"], bp.EPS)
+    if op == "fused_add_rms_norm":
+        return None, lambda s: LigerFusedAddRMSNormFunction.apply(s["x"], s["residual"], s["w"], bp.EPS)
+    if op == "silu_and_mul":
+        def prep(s):
+            x = s["x"]
+            s["a"], s["b"] = x[:, :bp.INTER].contiguous(), x[:, bp.INTER:].contiguous()
+        return prep, lambda s: LigerSiLUMulFunction.apply(s["a"], s["b"])
+
+    def prep(s):
+        cs = s["cache"].index_select(0, s["positions"])
+        s["cos"] = cs[:, : bp.HEAD // 2].contiguous()[None]
+        s["sin"] = cs[:, bp.HEAD // 2:].contiguous()[None]
+
+    def run(s):
+        t = s["q"].shape[0]
+        q4 = s["q"].view(1, t, bp.Q_HEADS, bp.HEAD).transpose(1, 2)
+        k4 = s["k"].view(1, t, bp.KV_HEADS, bp.HEAD).transpose(1, 2)
+        return LigerRopeFunction.apply(q4, k4, s["cos"], s["sin"], None, 1, bp.HEAD)
+    return prep, run
+
+
+def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: dict[str, dict],
+                     rounds: int) -> dict[str, list[float]]:
+    """Device microseconds of each implementation's call, ``rounds`` samples each (see the module docstring)."""
+    flush = torch.empty(bp.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for name, fn in impls.items():
+        for _ in range(3):
+            fn(states[name])
+    torch.cuda.synchronize()
+    host = {}
+    for name, fn in impls.items():
+        t = time.perf_counter()
+        fn(states[name])
+        torch.cuda.synchronize()
+        host[name] = (time.perf_counter() - t) * 1e6
+    per_round = sum(host.values()) + 40 * len(impls)
+    ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+          for n in impls}
+    names = list(impls)
+    for r in range(rounds):
+        torch.cuda._sleep(int(per_round * 1.5 * 2000))
+        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+        for name in order:
+            flush.zero_()
+            s, e = ev[name][r]
+            s.record()
+            impls[name](states[name])
+            e.record()
+    torch.cuda.synchronize()
+    return {n: [s.elapsed_time(e) * 1e3 for s, e in ev[n]] for n in impls}
+
+
+def _import_peer_bench(folder: str) -> Any:
+    path = Path(folder) / "bench_peers.py"
+    if not path.is_file():
+        raise SystemExit(f"bench_launch_variants: no bench_peers.py in {folder} (the peer benchmark's folder)")
+    spec = importlib.util.spec_from_file_location("bench_peers", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_peers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    global bp
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--peer-bench", required=True, help="the folder of the peer benchmark (its bench_peers.py)")
+    p.add_argument("--ops", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128, 1024, 4096, 16384])
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--model", default="llama3-8b", help="the peer benchmark's model shapes (its MODELS)")
+    p.add_argument("--only", nargs="*", default=None, help="variant labels to build (default: all; none: no variant)")
+    p.add_argument("--work", default=None, help="where the variants' sources go (default: a temporary folder)")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_launch_variants: needs a CUDA device")
+        return 2
+    bp = _import_peer_bench(a.peer_bench)
+    bp.HIDDEN, bp.INTER, bp.Q_HEADS, bp.KV_HEADS, bp.HEAD = bp.MODELS[a.model]
+    work = Path(a.work or tempfile.mkdtemp(prefix="rapid_llm_variants_"))
+    print(f"model {a.model}: {bp.MODELS[a.model]}  {torch.cuda.get_device_name()}  torch {torch.__version__}",
+          flush=True)
+    for op in a.ops:
+        t0 = time.perf_counter()
+        impls: dict[str, Callable[[dict], Any]] = {}
+        preps: dict[str, Callable[[dict], None] | None] = {}
+        base = JitRow(SH / SOURCES[op][0], op, out=OUT_RULE[op])
+        if op == "scaled_fp8_quant":
+            impls["jit"] = call_for(op, base)
+            impls["jit_1x128"] = lambda s, _b=base: _b(s["out"], s["x"], s["g128"], False)
+        else:
+            impls["K"] = call_for(op, getattr(K, op))
+            impls["jit"] = call_for(op, base)
+        for label, subs in VARIANTS[op]:
+            if a.only is not None and label not in a.only:
+                continue
+            impls[label] = call_for(op, build_variant(op, label, subs, work))
+        if op in bp.PLAIN:
+            impls["compile"] = call_for(op, torch.compile(bp.PLAIN[op]))
+        lg = liger_impl(op)
+        if lg is not None:
+            preps["liger"], impls["liger"] = lg
+        print(f"== {op} (built in {time.perf_counter() - t0:.1f} s); us per call, cold L2, median of {a.rounds} "
+              "interleaved rounds [p20-p80], x = against the best of torch.compile and Liger (jit for fp8)", flush=True)
+        for t in a.tokens:
+            master = fp8_inputs(t) if op == "scaled_fp8_quant" else bp.make_inputs(op, t, "cuda")
+            states = {}
+            for n in impls:
+                states[n] = bp._clone(master)
+                if preps.get(n):
+                    preps[n](states[n])
+            us = time_round_robin(impls, states, a.rounds)
+            med = {n: statistics.median(v) for n, v in us.items()}
+            peers = [med[n] for n in ("compile", "liger") if n in med] or [med["jit"]]
+            best = min(peers)
+            cells = []
+            for n, v in us.items():
+                v = sorted(v)
+                q = lambda f: v[int(round(f * (len(v) - 1)))]  # noqa: E731
+                cells.append(f"{n} {med[n]:.2f} [{q(0.2):.2f}-{q(0.8):.2f}] x{med[n] / best:.3f}")
+            if op == "scaled_fp8_quant":
+                cells.append(f"roofline {t * bp.HIDDEN * 3 / 4249e3:.2f} us")
+            print(f"T={t:5d}: " + " | ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
