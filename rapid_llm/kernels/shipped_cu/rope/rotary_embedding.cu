@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
 // Decode sizes: the grid is a block column per token and blockIdx.y a round of heads, so a thread rotates one
 // head. Its q/k loads go out before the position is tested: a branch on the position would hold them until it
 // arrives, and they do not depend on it, so they overlap the token's position -> cos/sin chain of two round
-// trips. No minimum of resident blocks: a few blocks run, and the registers keep cos/sin without spilling.
+// trips. No minimum of resident blocks: the registers keep cos/sin without spilling.
 template <typename T, bool kNeox, bool kVector>
 __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
