@@ -303,7 +303,7 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const dim3 block(static_cast<unsigned>(threads_x), static_cast<unsigned>(threads_y));
     // Few tokens: a block per token and round of heads, each thread one head, up to 16 blocks an SM; past
     // that, a block per token (grid-strided), its rounds in each thread. On an H200 (bf16, 32 q / 8 k heads of
-    // 128, cold L2) the first measured 6-12 % faster at T = 256-512 and level or faster at 1024 than the
+    // 128, cold L2) the first measured 9-12 % faster at T = 256-512 and level or faster at 1024 than the
     // second, which is faster from T = 4096 up (16384: 88.4 against 95.1 us).
     const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),
