@@ -79,7 +79,7 @@ def same_bytes_copy_us(bytes_moved: int, device: torch.device, repeats: int) -> 
 
 
 def native_fn(op: str) -> Callable[..., Any]:
-    return next(r for r in spec.rows_for(op) if r.is_native).load()
+    return spec.native_row(op).load()
 
 
 def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,

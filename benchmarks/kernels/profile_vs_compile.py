@@ -30,7 +30,7 @@ from rapid_llm.kernels.registry import spec
 
 
 def _native(op: str):
-    return next(r for r in spec.rows_for(op) if r.is_native).load()
+    return spec.native_row(op).load()
 
 
 def implementations(op: str, rows: Sequence[str]) -> dict[str, object]:

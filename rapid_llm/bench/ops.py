@@ -14,7 +14,7 @@ from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch.dispatcher import explain
 from rapid_llm.kernels.registry.opdecl import CaseArgs
-from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, rows_for
+from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, native_row, rows_for
 
 __all__ = ["OpMeasurement", "bench_op", "floor_call", "eligible_rows", "stored_figures", "make_args", "write_results"]
 
@@ -54,7 +54,7 @@ def make_args(op: str, numel: int, dtype: torch.dtype, device: torch.device | st
 
 def floor_call(op: str) -> Any:
     """The op's native floor row, as bench's ``reference``: what a timed call's result is checked against."""
-    return next(r for r in rows_for(op) if r.is_native).call_path()
+    return native_row(op).call_path()
 
 
 def eligible_rows(op: str, dtype: str, device: torch.device, numel: int) -> dict[str, str | None]:

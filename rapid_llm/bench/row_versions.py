@@ -146,7 +146,8 @@ def registered(*versions: RowVersion) -> Iterator[None]:
 
 def _versioned_spec(row: KernelSpec, label: str, target: Any) -> KernelSpec:
     """The row under the name ``row@label``, unverified (so dispatch never picks it), with the same baseline."""
-    baseline = row.golden.baseline or next((r.name for r in _spec.rows_for(row.op) if r.is_native), None)
+    native = _spec.native_row(row.op)
+    baseline = row.golden.baseline or (native.name if native is not None else None)
     golden = GoldenRecord(verified=row.is_native, max_abs_diff=None, baseline=baseline)
     return dataclasses.replace(row, name=f"{row.name}@{label}", target=target, golden=golden,
                                description=f"{row.name} at {label}")

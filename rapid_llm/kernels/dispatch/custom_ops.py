@@ -69,7 +69,7 @@ def _library() -> torch.library.Library:
 
 
 def _native_row(name: str) -> _spec.KernelSpec:
-    row = next((r for r in _spec.rows_for(name) if r.is_native), None)
+    row = _spec.native_row(name)
     if row is None:
         raise SchemaError(f"op {name!r} has no native row yet (its schema is derived from one)")
     return row

@@ -258,7 +258,9 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, agains
         return result
     compiled = None
     if against_compile:
-        floor = _floor_row(target if isinstance(target, str) else chosen[0].op)
+        from rapid_llm.kernels.registry import spec
+
+        floor = spec.native_row(target if isinstance(target, str) else chosen[0].op)
         compiled = recipe(floor) if floor is not None else None
         if compiled is None:
             result.notes.append(f"{label}: no native floor a child can rebuild, so nothing to compile")
@@ -290,15 +292,6 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, agains
     if child:
         result.notes += child.get("notes", [])
     return result
-
-
-def _floor_row(op: str) -> Any | None:
-    """The op's native floor row (what torch.compile is given), or None for a name that is no op."""
-    from rapid_llm.kernels.registry import spec
-
-    if op not in spec.all_ops():
-        return None
-    return next((r for r in spec.rows_for(op) if r.is_native), None)
 
 
 def _child_result(stdout: str) -> dict[str, Any] | None:

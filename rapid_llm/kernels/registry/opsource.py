@@ -226,7 +226,7 @@ def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
     child process runs). ``local_imports`` lets it import modules that are not installed (a child process
     started here can)."""
     decl = _spec.get_decl(op)
-    native = next((r for r in _spec.rows_for(op) if r.is_native), None)
+    native = _spec.native_row(op)
     if native is None:
         raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
     mod = _Module(op, local_imports)

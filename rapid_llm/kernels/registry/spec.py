@@ -43,6 +43,7 @@ __all__ = [
     "RegistryError",
     "register",
     "unregister",
+    "native_row",
     "update_golden",
     "get_row",
     "rows_for",
@@ -490,6 +491,11 @@ def rows_for(op: str) -> list[KernelSpec]:
     """The op's rows in registration order."""
     _discover()
     return [_state.rows[n] for n in _state.by_op.get(op, ())]
+
+
+def native_row(op: str) -> KernelSpec | None:
+    """The op's native floor row (its reference implementation in plain torch), None when it has none."""
+    return next((r for r in rows_for(op) if r.is_native), None)
 
 
 def shipped_rows(op: str) -> list[str]:
