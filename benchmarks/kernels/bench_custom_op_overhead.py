@@ -10,7 +10,11 @@ Every arm runs the same row on the same tensors (the op's bench case, without ``
 * the same dispatcher registered through ``torch.library.custom_op`` (a scratch namespace): the other
   registration path, measured to show why rapid_llm does not use it;
 * the chosen row called directly, and ``torch.compiler.is_dynamo_compiling()`` alone (what the portable
-  Python dispatcher pays per call for tracing; the compiled dispatcher pays nothing).
+  Python dispatcher pays per call for tracing; the compiled dispatcher pays nothing);
+* two ops of the same schema in a scratch namespace, registered like the custom op: one whose Python kernel
+  is the chosen row itself (the custom op less rapid_llm's dispatcher) and one whose kernel returns a result
+  made once, doing no work (torch's boundary alone for this schema). The gap between the second and the first
+  is the row's own cost inside the boundary, beside its cost called directly.
 
 Rounds are interleaved so drift in the machine's state hits every arm alike.
 
@@ -49,6 +53,27 @@ def _custom_op_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return op
 
 
+def _same_schema_arms(name: str, row_call: Callable[..., Any], call_args: tuple) -> dict[str, Callable[..., Any]]:
+    """Ops of ``name``'s schema in a scratch namespace: the row as the kernel, and a kernel that does no work."""
+    schema = custom_ops.schema_for(get_decl(name))
+    ready = row_call(*call_args)  # the no-work kernel hands back a result made once
+    lib = torch.library.Library("rapid_llm_bench_schema", "FRAGMENT")
+    kernels = {"row": lambda *a, **k: row_call(*a, **k), "ready": lambda *a, **k: ready}
+    arms = {}
+    for tag, kernel in kernels.items():
+        op_name = f"{name}_{tag}"
+        lib.define(schema.text.replace(name, op_name, 1))
+        for key in custom_ops.DISPATCH_KEYS:
+            lib.impl(op_name, kernel, key)
+        arms[tag] = getattr(torch.ops.rapid_llm_bench_schema, op_name).default
+    _keep.append(lib)
+    return {"torch.ops, same schema, kernel = the row": arms["row"],
+            "torch.ops, same schema, kernel does no work": arms["ready"]}
+
+
+_keep: list[Any] = []  # the scratch library stays registered while its ops are timed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--op", default="rms_norm")
@@ -73,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "torch.library.custom_op": _custom_op_arm(args.op, op),
         f"row {row.name} direct": row.call_path(),
         "is_dynamo_compiling()": lambda *a: torch.compiler.is_dynamo_compiling(),
+        **_same_schema_arms(args.op, row.call_path(), call_args),
     }
     for fn in arms.values():
         fn(*call_args)  # fill caches: the steady state is what a model sees

@@ -57,11 +57,21 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("fastdiv", {"return a / (1.0f + expf(-a)) * b;": "return __fdividef(a, 1.0f + expf(-a)) * b;"}),
         ("cta128", {"if (tokens * row_items >= int64_t{256} * rl::sm_count()) {": "if (false) {"}),
     ],
-    "rms_norm": [("one_vec_one_wave", ROW_TWO)],
+    "rms_norm": [
+        ("one_vec_one_wave", ROW_TWO),
+        # rows of 1024 vectors and more (Llama-3-70B): the row kernel past one wave too
+        ("row_every_t", {"const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = true;"}),
+        # rows of 513-1024 vectors: the row kernel at 256 threads of four vectors, not 512 of two
+        ("row_256x4", {"rl::launch(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512)":
+                       "rl::launch(rms_norm_row_kernel<T, 256, 4, kAdd>, grid, dim3(256)"}),
+    ],
     "fused_add_rms_norm": [("one_vec_one_wave", ROW_TWO)],
     "rotary_embedding": [
         ("decode_2_per_sm", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
                              "const bool one_head = tokens * rounds <= 2 * static_cast<int64_t>(rl::sm_count());"}),
+        # the decode grid (q/k loads before the position test) at every T: a measurement only (no token loop)
+        ("decode_every_t", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
+                            "const bool one_head = true;"}),
     ],
     "scaled_fp8_quant": [
         ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":
