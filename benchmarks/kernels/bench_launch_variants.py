@@ -7,8 +7,8 @@ A launch-shape decision (CTA width, items a thread, which kernel past which T) i
 in one process on the same inputs. Each variant in VARIANTS is the shipped source with a few replacements,
 built by the project's JIT as a row of its own; the table keeps the alternatives each shipped choice was
 measured against (the shape before it, and Inductor's cheaper division for silu_and_mul, a measurement only).
-Inputs, plain-torch references and the model shapes come from the peer benchmark kept beside the repository
-(PEER_DIR holds its bench_peers.py); Liger-Kernel joins when it imports.
+Inputs and plain-torch references come from the peer benchmark kept beside the repository (PEER_DIR holds its
+bench_peers.py), set to the shapes of --model (MODELS); Liger-Kernel joins when it imports.
 
 Timing: rounds of every implementation once, each call after a 256 MiB memset (cold L2) between CUDA events,
 the GPU held busy while the host queues a round, the order rotated each round; median over rounds. Each
@@ -35,6 +35,9 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.build.jit_row import JitRow
 
 bp: Any = None  # the peer benchmark's module (main imports it from --peer-bench)
+#: --model: (hidden, intermediate, q heads, kv heads, head size)
+MODELS = {"llama3-8b": (4096, 14336, 32, 8, 128), "llama3.2-1b": (2048, 8192, 32, 8, 64),
+          "llama3-70b": (8192, 28672, 64, 8, 128)}
 SH = platform.SHIPPED_CU
 
 NORM_CUH = "norm/rms_norm_kernels.cuh"
@@ -202,6 +205,19 @@ def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: dict[str, 
     return {n: [s.elapsed_time(e) * 1e3 for s, e in ev[n]] for n in impls}
 
 
+def set_model(peer: Any, model: str) -> None:
+    """Point the peer benchmark's module at ``model``'s shapes, the rope cache's width included (its builder may
+    take the head size as a default fixed when it was defined)."""
+    peer.HIDDEN, peer.INTER, peer.Q_HEADS, peer.KV_HEADS, peer.HEAD = MODELS[model]
+    build = getattr(peer, "_rope_cache_as_defined", None) or peer.rope_cache
+    peer._rope_cache_as_defined = build
+
+    def rope_cache(device: Any, max_pos: int = peer.MAX_POS, rot: int | None = None) -> torch.Tensor:
+        return build(device, max_pos, peer.HEAD if rot is None else rot)
+
+    peer.rope_cache = rope_cache
+
+
 def _import_peer_bench(folder: str) -> Any:
     path = Path(folder) / "bench_peers.py"
     if not path.is_file():
@@ -220,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ops", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128, 1024, 4096, 16384])
     p.add_argument("--rounds", type=int, default=40)
-    p.add_argument("--model", default="llama3-8b", help="the peer benchmark's model shapes (its MODELS)")
+    p.add_argument("--model", default="llama3-8b", choices=list(MODELS), help="the shapes (MODELS)")
     p.add_argument("--only", nargs="*", default=None, help="variant labels to build (default: all; none: no variant)")
     p.add_argument("--work", default=None, help="where the variants' sources go (default: a temporary folder)")
     a = p.parse_args(argv)
@@ -228,9 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench_launch_variants: needs a CUDA device")
         return 2
     bp = _import_peer_bench(a.peer_bench)
-    bp.HIDDEN, bp.INTER, bp.Q_HEADS, bp.KV_HEADS, bp.HEAD = bp.MODELS[a.model]
+    set_model(bp, a.model)
     work = Path(a.work or tempfile.mkdtemp(prefix="rapid_llm_variants_"))
-    print(f"model {a.model}: {bp.MODELS[a.model]}  {torch.cuda.get_device_name()}  torch {torch.__version__}",
+    print(f"model {a.model}: {MODELS[a.model]}  {torch.cuda.get_device_name()}  torch {torch.__version__}",
           flush=True)
     for op in a.ops:
         t0 = time.perf_counter()

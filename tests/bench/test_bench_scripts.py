@@ -113,3 +113,19 @@ def test_launch_variants_name_a_stale_replacement_and_need_a_gpu(capsys):
     if not __import__("torch").cuda.is_available():
         assert script.main(["--peer-bench", "."]) == 2
         assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def test_launch_variants_set_the_peer_benchmark_to_a_model_s_shapes(tmp_path):
+    """--model sets the peer benchmark's shapes, the rope cache's width too where its builder fixed the head size
+    as a default when it was defined (the peer benchmark's own form)."""
+    (tmp_path / "bench_peers.py").write_text(
+        "HIDDEN, INTER, Q_HEADS, KV_HEADS, HEAD = 4096, 14336, 32, 8, 128\nMAX_POS = 16\n"
+        "def rope_cache(device, max_pos=MAX_POS, rot=HEAD):\n    return (max_pos, rot)\n"
+        "def make_inputs():\n    return rope_cache('cpu')\n")
+    script = _load("bench_launch_variants")
+    peer = script._import_peer_bench(str(tmp_path))
+    for model, (hidden, inter, q_heads, kv_heads, head) in script.MODELS.items():
+        script.set_model(peer, model)
+        assert (peer.HIDDEN, peer.INTER, peer.Q_HEADS, peer.KV_HEADS, peer.HEAD) == (hidden, inter, q_heads, kv_heads,
+                                                                                    head)
+        assert peer.make_inputs() == (16, head), model
