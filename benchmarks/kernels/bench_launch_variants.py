@@ -67,6 +67,17 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # rows of 513-1024 vectors: the row kernel at 256 threads of four vectors, not 512 of two
         ("row_256x4", {"rl::launch(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512)":
                        "rl::launch(rms_norm_row_kernel<T, 256, 4, kAdd>, grid, dim3(256)"}),
+        # rows of 129-256 vectors (Llama-3.2-1B): 256 threads of one vector, Inductor's CTA width there
+        ("row_256x1", {"rl::launch(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
+                       "rl::launch(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)"}),
+        # rows of 513-1024 vectors past one wave: the vector kernel at 512 threads of two vectors, not 256 of four
+        ("vec_512x2", {"const int vecs = n_vec <= 256 ? 1 : n_vec <= 512 ? 2 : 4;":
+                       "const int vecs = n_vec <= 256 ? 1 : n_vec <= 1024 ? 2 : 4;"}),
+        # x read and out written with the streaming cache hints (evict first): each is touched once
+        ("streaming", {"*reinterpret_cast<uint4*>(&xv[k]) = in ? x_v[i] : make_uint4(0, 0, 0, 0);":
+                       "*reinterpret_cast<uint4*>(&xv[k]) = in ? __ldcs(x_v + i) : make_uint4(0, 0, 0, 0);",
+                       "out_v[i] = *reinterpret_cast<const uint4*>(&y);":
+                       "__stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));"}),
     ],
     "fused_add_rms_norm": [("one_vec_one_wave", ROW_TWO)],
     "rotary_embedding": [

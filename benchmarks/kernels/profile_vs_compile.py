@@ -26,6 +26,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.bench.ops import make_args
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.ops.norm import rms_norm_reference
 from rapid_llm.kernels.registry import spec
 
 
@@ -44,6 +45,17 @@ def implementations(op: str, rows: Sequence[str]) -> dict[str, object]:
     return found
 
 
+def norm_case(op: str, tokens: int, hidden: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple, dict]:
+    """A norm's call at another model's hidden size (``--hidden``): x [tokens, hidden] and its weight (and a
+    residual for fused_add_rms_norm), drawn as the bench case draws them."""
+    if op not in ("rms_norm", "fused_add_rms_norm"):
+        raise SystemExit(f"profile_vs_compile: --hidden applies to rms_norm and fused_add_rms_norm, not {op}")
+    x, weight = rms_norm_reference.bench_inputs(tokens, dtype, device, hidden)
+    if op == "rms_norm":
+        return (x, weight, rms_norm_reference.EPS), {}
+    return (x, torch.empty_like(x).normal_(), weight, rms_norm_reference.EPS), {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", nargs="+", default=["rms_norm", "fused_add_rms_norm", "silu_and_mul"])
@@ -51,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rows", nargs="*", default=[], help="rows to profile beside the dispatched op (any op's)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--print-code", action="store_true", help="print the Triton source Inductor generated")
+    p.add_argument("--hidden", type=int, default=None,
+                   help="the norms' hidden size (default: the bench case's), e.g. 2048 or 8192")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("profile_vs_compile: needs a CUDA device")
@@ -61,20 +75,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         per_token = spec.get_decl(op).token_numel
         impls = implementations(op, args.rows)
         for t in args.tokens:
-            case = make_args(op, t * per_token, dtype, device)
-            kwargs = {k: v for k, v in case.kwargs.items() if k != "out"}
+            if args.hidden is None:
+                case = make_args(op, t * per_token, dtype, device)
+                call_args, kwargs = case.args, {k: v for k, v in case.kwargs.items() if k != "out"}
+            else:
+                call_args, kwargs = norm_case(op, t, args.hidden, dtype, device)
             for label, fn in impls.items():
                 if label == "torch.compile" and args.print_code and t == args.tokens[0]:
                     from torch._inductor.utils import run_and_get_code
-                    _, code = run_and_get_code(fn, *case.args, **kwargs)
+                    _, code = run_and_get_code(fn, *call_args, **kwargs)
                     print(f"== {op} T={t}: Inductor's code ==\n" + "\n".join(code))
                 for _ in range(3):
-                    fn(*case.args, **kwargs)
-                chosen = K.explain(op, *case.args).chosen.name if label.startswith("K.") else label
+                    fn(*call_args, **kwargs)
+                chosen = K.explain(op, *call_args).chosen.name if label.startswith("K.") else label
                 torch.cuda.synchronize()
                 torch.cuda.profiler.start()
                 with torch.cuda.nvtx.range(f"{op} T={t} {label}"):
-                    fn(*case.args, **kwargs)
+                    fn(*call_args, **kwargs)
                 torch.cuda.synchronize()
                 torch.cuda.profiler.stop()
                 print(f"profiled {op} T={t} {label} ({chosen})", flush=True)

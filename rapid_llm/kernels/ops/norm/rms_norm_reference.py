@@ -121,10 +121,11 @@ def call(fn, x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.T
     return out
 
 
-def bench_inputs(tokens: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [tokens, 4096] ~ N(0, 1) and a weight around 1, drawn on ``device`` (no host-side copy of a large x)."""
-    x = torch.empty((tokens, BENCH_HIDDEN), dtype=dtype, device=device).normal_()
-    weight = torch.empty(BENCH_HIDDEN, dtype=dtype, device=device).normal_(1.0, 0.5)
+def bench_inputs(tokens: int, dtype: torch.dtype, device: torch.device,
+                 hidden: int = BENCH_HIDDEN) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [tokens, hidden] ~ N(0, 1) and a weight around 1, drawn on ``device`` (no host-side copy of a large x)."""
+    x = torch.empty((tokens, hidden), dtype=dtype, device=device).normal_()
+    weight = torch.empty(hidden, dtype=dtype, device=device).normal_(1.0, 0.5)
     return x, weight
 
 
