@@ -50,6 +50,134 @@ ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, withi
     "rl::launch(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256)":
         "rl::launch(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512)",
 }
+
+
+def norm_loop(threads: int) -> dict[str, str]:
+    """rms_norm past one wave at rows of more than 512 vectors as Inductor's kernel runs it: two passes over the
+    row at one 16-byte vector a thread a step (the second from L1), ``threads`` a CTA, few registers."""
+    kernel = f"""// Wide rows past one wave, a variant: two passes, one vector a thread a step.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_loop_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+                         int out_stride, int hidden, float eps) {{
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float partials[kWarps];
+  const int64_t row = blockIdx.x;
+  const int n_vec = hidden / Vec<T>::kN;
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
+  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
+  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
+  float sum_sq = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < n_vec; i += kThreads) {{
+    Vec<T> v, unused;
+    *reinterpret_cast<uint4*>(&v) = x_v[i];
+    add_squares<T, false>(v, v, unused, sum_sq);
+  }}
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += partials[w];
+  const float scale = inv_rms(total, hidden, eps);
+  for (int i = static_cast<int>(threadIdx.x); i < n_vec; i += kThreads) {{
+    Vec<T> v, w;
+    *reinterpret_cast<uint4*>(&v) = x_v[i];
+    *reinterpret_cast<uint4*>(&w) = __ldg(w_v + i);
+    const Vec<T> y = normalised<T, false>(v, v, w, scale);
+    out_v[i] = *reinterpret_cast<const uint4*>(&y);
+  }}
+}}
+
+"""
+    decl = ("template <typename T, int kThreads>\n__global__ void __launch_bounds__(kThreads)\n"
+            "    rms_norm_loop_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, "
+            "int x_stride, int out_stride, int hidden, float eps);\n\n")
+    launch = (f"  if (vec && !kAdd && n_vec > 512 && fits32 && rows <= INT32_MAX) {{\n"
+              f"    rl::launch(rms_norm_loop_kernel<T, {threads}>, dim3(static_cast<unsigned>(rows)), dim3({threads}), 0, "
+              "x, weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);\n    return;\n  }\n")
+    generic = "// Any hidden size and alignment: two passes with scalar accesses (see the file comment).\n"
+    return {generic: kernel + generic, "inline bool aligned16(const void* p)": decl + "inline bool aligned16(const void* p)",
+            "  if (vec) {\n    // About 256 threads per row": launch + "  if (vec) {\n    // About 256 threads per row"}
+
+
+def norm_reload(threads: int, vecs: int) -> dict[str, str]:
+    """rms_norm past one wave at rows of more than 512 vectors as Inductor's persistent kernel runs it: ``vecs``
+    16-byte vectors a thread read for the sum of squares only, then read again (from L1) with the weight for the
+    output, so no row is held in registers across the barrier; ``threads`` a CTA at full occupancy."""
+    kernel = f"""// Wide rows past one wave, a variant: x read twice (the second from L1), nothing held across the barrier.
+// The cache hints are Inductor's: the first read kept (evict_last), the second the last use (evict_first); the
+// loads are volatile so the compiler cannot fold the second read into registers held across the barrier.
+__device__ __forceinline__ uint4 load_keep(const uint4* p) {{
+  uint4 r;
+  asm volatile("ld.global.L1::evict_last.v4.u32 {{%0, %1, %2, %3}}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}}
+__device__ __forceinline__ uint4 load_last(const uint4* p) {{
+  uint4 r;
+  asm volatile("ld.global.L1::evict_first.v4.u32 {{%0, %1, %2, %3}}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}}
+template <typename T, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads, 2048 / kThreads)
+    rms_norm_reload_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+                           int out_stride, int hidden, float eps) {{
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float partials[kWarps];
+  const int64_t row = blockIdx.x;
+  const int n_vec = hidden / Vec<T>::kN;
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
+  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
+  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
+  Vec<T> xv[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {{
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? load_keep(x_v + i) : make_uint4(0, 0, 0, 0);
+  }}
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {{
+    Vec<T> unused;
+    add_squares<T, false>(xv[k], xv[k], unused, sum_sq);
+  }}
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += partials[w];
+  const float scale = inv_rms(total, hidden, eps);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {{
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    if (i < n_vec) {{
+      Vec<T> v, w;
+      *reinterpret_cast<uint4*>(&v) = load_last(x_v + i);
+      *reinterpret_cast<uint4*>(&w) = __ldg(w_v + i);
+      const Vec<T> y = normalised<T, false>(v, v, w, scale);
+      out_v[i] = *reinterpret_cast<const uint4*>(&y);
+    }}
+  }}
+}}
+
+"""
+    decl = ("template <typename T, int kThreads, int kVecs>\n__global__ void __launch_bounds__(kThreads, 2048 / kThreads)\n"
+            "    rms_norm_reload_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, "
+            "int x_stride, int out_stride, int hidden, float eps);\n\n")
+    launch = (f"  if (vec && !kAdd && n_vec > 512 && n_vec <= {threads * vecs} && fits32 && rows <= INT32_MAX) {{\n"
+              f"    rl::launch(rms_norm_reload_kernel<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), "
+              f"dim3({threads}), 0, x, weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);\n"
+              "    return;\n  }\n")
+    generic = "// Any hidden size and alignment: two passes with scalar accesses (see the file comment).\n"
+    return {generic: kernel + generic, "inline bool aligned16(const void* p)": decl + "inline bool aligned16(const void* p)",
+            "  if (vec) {\n    // About 256 threads per row": launch + "  if (vec) {\n    // About 256 threads per row"}
+
+
 #: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
 VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
     "silu_and_mul": [
@@ -73,6 +201,19 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # rows of 513-1024 vectors past one wave: the vector kernel at 512 threads of two vectors, not 256 of four
         ("vec_512x2", {"const int vecs = n_vec <= 256 ? 1 : n_vec <= 512 ? 2 : 4;":
                        "const int vecs = n_vec <= 256 ? 1 : n_vec <= 1024 ? 2 : 4;"}),
+        # rows past one wave at 4 vectors a thread: the weight loaded after the reduction, as fused_add_rms_norm does
+        ("late_weight", {"constexpr bool kWeightEarly = !(kAdd && kVecs == 4);": "constexpr bool kWeightEarly = kVecs != 4;",
+                         "if constexpr (!kAdd) *reinterpret_cast<uint4*>(&wv[k]) =":
+                         "if constexpr (!kAdd && kWeightEarly) *reinterpret_cast<uint4*>(&wv[k]) =",
+                         "if constexpr (kAdd && !kWeightEarly) *reinterpret_cast<uint4*>(&copy)":
+                         "if constexpr (!kWeightEarly) *reinterpret_cast<uint4*>(&copy)",
+                         "const Vec<T>& w = kAdd ? copy : wv[kAdd ? 0 : k];":
+                         "const Vec<T>& w = (kAdd || !kWeightEarly) ? copy : wv[kAdd || !kWeightEarly ? 0 : k];"}),
+        ("reload_512x2", norm_reload(512, 2)),
+        ("reload_1024x1", norm_reload(1024, 1)),
+        ("reload_256x4", norm_reload(256, 4)),
+        ("loop_512", norm_loop(512)),
+        ("loop_256", norm_loop(256)),
         # x read and out written with the streaming cache hints (evict first): each is touched once
         ("streaming", {"*reinterpret_cast<uint4*>(&xv[k]) = in ? x_v[i] : make_uint4(0, 0, 0, 0);":
                        "*reinterpret_cast<uint4*>(&xv[k]) = in ? __ldcs(x_v + i) : make_uint4(0, 0, 0, 0);",
@@ -216,6 +357,38 @@ def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: dict[str, 
     return {n: [s.elapsed_time(e) * 1e3 for s, e in ev[n]] for n in impls}
 
 
+def check_outputs(impls: dict[str, Callable[[dict], Any]], preps: dict[str, Callable[[dict], None] | None],
+                  master: dict) -> str:
+    """One call of each implementation on fresh copies of ``master``, its result (or, for an in-place op, the
+    inputs it wrote) against K's (or jit's) within 0.02: a variant that times well but computes wrongly is named."""
+    def run(name: str) -> Any:
+        state = bp._clone(master)
+        if preps.get(name):
+            preps[name](state)
+        out = impls[name](state)
+        return out if out is not None else {k: state[k] for k in master if isinstance(state[k], torch.Tensor)}
+
+    base = "K" if "K" in impls else "jit"
+    want = run(base)
+    wrong, unchecked = [], []
+    for name in impls:
+        if name == base:
+            continue
+        got = run(name)
+        if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
+            pairs = [(want, got)]
+        elif isinstance(want, dict) and isinstance(got, dict):
+            pairs = [(want[k], got[k]) for k in want]
+        else:
+            unchecked.append(name)
+            continue
+        if not all(w.shape == g.shape and torch.allclose(w.float(), g.float(), atol=0.02, rtol=0.02)
+                   for w, g in pairs):
+            wrong.append(name)
+    return (f"outputs against {base}: " + (f"WRONG {', '.join(wrong)}" if wrong else "all match")
+            + (f" (not compared: {', '.join(unchecked)})" if unchecked else ""))
+
+
 def set_model(peer: Any, model: str) -> None:
     """Point the peer benchmark's module at ``model``'s shapes, the rope cache's width included (its builder may
     take the head size as a default fixed when it was defined)."""
@@ -283,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "interleaved rounds [p20-p80], x = against the best of torch.compile and Liger (jit for fp8)", flush=True)
         for t in a.tokens:
             master = fp8_inputs(t) if op == "scaled_fp8_quant" else bp.make_inputs(op, t, "cuda")
+            if t == a.tokens[0]:
+                print(f"T={t:5d}: {check_outputs(impls, preps, master)}", flush=True)
             states = {}
             for n in impls:
                 states[n] = bp._clone(master)

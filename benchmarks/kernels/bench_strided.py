@@ -53,11 +53,12 @@ class Case:
     bytes_moved: int
 
 
-def make_case(op: str, tokens: int, hidden: int, dtype: torch.dtype, device: torch.device, strided: bool) -> Case:
-    """x [T, W] inside a [T, 2W] buffer when strided (W = H, silu: W = 2I = 2H), else a [T, W] buffer."""
+def make_case(op: str, tokens: int, hidden: int, dtype: torch.dtype, device: torch.device, strided: bool,
+              pad: int = 0) -> Case:
+    """x [T, W] inside a [T, 2W + pad] buffer when strided (W = H, silu: W = 2I = 2H), else a [T, W] buffer."""
     esize = torch.empty((), dtype=dtype).element_size()
     width = 2 * hidden if op == "silu_and_mul" else hidden
-    buf = torch.empty((tokens, 2 * width if strided else width), dtype=dtype, device=device).normal_()
+    buf = torch.empty((tokens, 2 * width + pad if strided else width), dtype=dtype, device=device).normal_()
     w = torch.empty(hidden, dtype=dtype, device=device).normal_(1.0, 0.5)
     if op == "rms_norm":
         out = torch.empty((tokens, hidden), dtype=dtype, device=device)
@@ -110,20 +111,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda; cpu only as a smoke run)")
+    parser.add_argument("--pad", type=int, default=0,
+                        help="elements added to the strided arm's row stride (2W + pad): whether a ratio follows "
+                             "the stride's address pattern rather than the kernel (default 0, vLLM's form)")
     args = parser.parse_args(argv)
     device = torch.device(args.device or "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench_strided: no CUDA device here (pass --device cpu for a smoke run of the script)")
         return 1
     dtype = platform.torch_dtype(args.dtype)
+    if args.pad < 0:
+        parser.error(f"--pad must be >= 0, got {args.pad}")
     print(f"contiguous vs row-strided x, H = {args.hidden} {args.dtype} on {platform.device_label(device)}"
-          f"{', CUDA graphs' if args.graph else ''}; GB/s of the ideal bytes, ratio = strided / contiguous")
+          f"{', CUDA graphs' if args.graph else ''}{f', row stride 2W + {args.pad}' if args.pad else ''}; GB/s of the ideal bytes, ratio = strided / contiguous")
     misses, fast = 0, 0
     for op in args.ops:
         print(f"\n{op}")
         print(f"{'T':>6}  {'row':<40} {'contig GB/s':>11} {'strided GB/s':>12} {'ratio':>6}")
         for tokens in args.tokens:
-            cases = {s: make_case(op, tokens, args.hidden, dtype, device, s) for s in (False, True)}
+            cases = {s: make_case(op, tokens, args.hidden, dtype, device, s, args.pad) for s in (False, True)}
             numel = cases[False].args[0].numel()
             verdicts = runnable(op, args.dtype, device, numel)
             arms = [(name, get_row(name).call_path()) for name, why in verdicts.items() if why is None]

@@ -129,3 +129,19 @@ def test_launch_variants_set_the_peer_benchmark_to_a_model_s_shapes(tmp_path):
         assert (peer.HIDDEN, peer.INTER, peer.Q_HEADS, peer.KV_HEADS, peer.HEAD) == (hidden, inter, q_heads, kv_heads,
                                                                                     head)
         assert peer.make_inputs() == (16, head), model
+
+
+def test_launch_variants_name_an_implementation_that_computes_wrongly():
+    """check_outputs compares each implementation's result (or what an in-place one wrote) with K's."""
+    import torch
+
+    script = _load("bench_launch_variants")
+    script.bp = type("Peer", (), {"_clone": staticmethod(lambda m: {k: v.clone() for k, v in m.items()})})
+    master = {"x": torch.arange(6.0).reshape(2, 3)}
+    impls = {"K": lambda s: s["x"] * 2, "good": lambda s: s["x"] + s["x"], "bad": lambda s: s["x"] * 3,
+             "pair": lambda s: (s["x"], s["x"])}
+    line = script.check_outputs(impls, {}, master)
+    assert "WRONG bad" in line and "good" not in line and "not compared: pair" in line
+    in_place = {"K": lambda s: [s["x"].mul_(2)] and None, "good": lambda s: [s["x"].add_(s["x"])] and None,
+                "bad": lambda s: [s["x"].add_(1)] and None}
+    assert script.check_outputs(in_place, {}, master) == "outputs against K: WRONG bad"
