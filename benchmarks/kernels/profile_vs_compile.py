@@ -9,6 +9,8 @@ how the grid covers the rows. Figures of the bench harness say which is faster; 
 call runs inside the profiled range (torch.cuda.profiler start/stop) and an NVTX range named
 ``<op> T=<T> <implementation>``, after warm-up calls outside it, so ncu sees exactly one launch of each.
 --print-code prints the Triton source Inductor generated for the op (its launch configuration included).
+--hidden sets the norms' hidden size (another model's). ``--summarize CSV`` turns ncu's export of the report
+(``ncu --import OUT.ncu-rep --page details --csv``) into one line of key metrics per kernel.
 
 ncu locks the SM clock at base by default (about 1.48 GHz on an H200, where the timed benchmarks run at up to
 1.98): a kernel bound by issue gains from the higher clock and one bound by memory latency does not, so two
@@ -45,6 +47,30 @@ def implementations(op: str, rows: Sequence[str]) -> dict[str, object]:
     return found
 
 
+#: ncu's metrics (its --page details names) that tell a latency- or occupancy-bound norm from a bandwidth-bound one.
+SUMMARY = ("Duration", "Grid Size", "Block Size", "Registers Per Thread", "Theoretical Occupancy", "Achieved Occupancy",
+           "DRAM Throughput", "L1/TEX Hit Rate", "L2 Hit Rate", "Active Warps Per Scheduler", "SM Frequency")
+
+
+def summarize(csv_text: str) -> str:
+    """One line per profiled kernel, in launch order, of ncu's ``--page details --csv`` export: the SUMMARY
+    metrics, so a run's reports can be read (and committed) as text."""
+    import csv
+    import io
+
+    kernels: dict[str, dict[str, str]] = {}
+    names: dict[str, str] = {}
+    for r in csv.DictReader(io.StringIO(csv_text)):
+        if r.get("Metric Name") in SUMMARY:
+            kernels.setdefault(r["ID"], {})[r["Metric Name"]] = f"{r['Metric Value']} {r['Metric Unit']}".strip()
+            names[r["ID"]] = r["Kernel Name"].split("(")[0].removeprefix("void ")
+    lines = []
+    for kid in sorted(kernels, key=int):
+        m = kernels[kid]
+        lines.append(f"[{kid}] {names[kid]}\n    " + " | ".join(f"{k} {m[k]}" for k in SUMMARY if k in m))
+    return "\n".join(lines)
+
+
 def norm_case(op: str, tokens: int, hidden: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple, dict]:
     """A norm's call at another model's hidden size (``--hidden``): x [tokens, hidden] and its weight (and a
     residual for fused_add_rms_norm), drawn as the bench case draws them."""
@@ -65,7 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--print-code", action="store_true", help="print the Triton source Inductor generated")
     p.add_argument("--hidden", type=int, default=None,
                    help="the norms' hidden size (default: the bench case's), e.g. 2048 or 8192")
+    p.add_argument("--summarize", metavar="CSV", default=None,
+                   help="print the SUMMARY metrics of ncu's 'ncu --import R --page details --csv' export (- for "
+                        "stdin) and exit: no GPU needed")
     args = p.parse_args(argv)
+    if args.summarize is not None:
+        import sys
+        from pathlib import Path
+
+        print(summarize(sys.stdin.read() if args.summarize == "-" else Path(args.summarize).read_text()))
+        return 0
     if not torch.cuda.is_available():
         print("profile_vs_compile: needs a CUDA device")
         return 2

@@ -145,3 +145,17 @@ def test_launch_variants_name_an_implementation_that_computes_wrongly():
     in_place = {"K": lambda s: [s["x"].mul_(2)] and None, "good": lambda s: [s["x"].add_(s["x"])] and None,
                 "bad": lambda s: [s["x"].add_(1)] and None}
     assert script.check_outputs(in_place, {}, master) == "outputs against K: WRONG bad"
+
+
+def test_profile_vs_compile_summarizes_an_ncu_export(tmp_path, capsys):
+    """--summarize turns ncu's details CSV into one line per kernel, in launch order, without a GPU."""
+    script = _load("profile_vs_compile")
+    head = '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    rows = ['"1","triton_red_fused_0","s","Duration","us","4.03"', '"0","void k<float>(float*)","s","Duration","us","2.85"',
+            '"0","void k<float>(float*)","s","Registers Per Thread","register/thread","38"',
+            '"0","void k<float>(float*)","s","Not a summary metric","","9"']
+    (tmp_path / "r.csv").write_text(head + "\n".join(rows) + "\n")
+    assert script.main(["--summarize", str(tmp_path / "r.csv")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["[0] k<float>", "    Duration 2.85 us | Registers Per Thread 38 register/thread",
+                     "[1] triton_red_fused_0", "    Duration 4.03 us"]

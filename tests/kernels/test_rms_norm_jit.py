@@ -113,6 +113,25 @@ def test_vector_and_scalar_paths_agree_with_the_oracle(rows, dtype, hidden):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("hidden", [2048, 4096, 8192])
+def test_rows_past_one_wave_agree_with_the_oracle(rows, dtype, hidden):
+    """Enough rows that one CTA a row of 128 threads overfills the GPU's thread slots: the launch shapes chosen
+    past one wave (which depend on the row's width in vectors) run, and match the oracle."""
+    rms, fused = rows
+    props = torch.cuda.get_device_properties(0)
+    tokens = props.multi_processor_count * props.max_threads_per_multi_processor // 128 + 5
+    x, w, r = (cuda_randn(tokens, hidden, dtype=dtype), cuda_randn(hidden, dtype=dtype, seed=1),
+               cuda_randn(tokens, hidden, dtype=dtype, seed=2))
+    want = oracle("rms_norm")(x.cpu().double(), w.cpu().double(), 1e-6)
+    assert_close_to_ref(rms(x, w, 1e-6), want, f"rms_norm {dtype} [{tokens}, {hidden}]", ulps=ULPS[dtype])
+    want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double(), 1e-6)
+    assert fused(x, r, w, 1e-6) is None
+    assert_close_to_ref(torch.cat([r.flatten(), x.flatten()]), want,
+                        f"fused_add_rms_norm {dtype} [{tokens}, {hidden}]", ulps=ULPS[dtype])
+
+
+@pytest.mark.gpu
 def test_many_rows_of_a_narrow_hidden_share_blocks(rows):
     """hidden 64 bf16 needs 8 threads; rows are packed several to a block, and the last block is partial."""
     x, w = cuda_randn(1001, 64), cuda_randn(64)
