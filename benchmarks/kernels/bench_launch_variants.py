@@ -103,19 +103,18 @@ __global__ void __launch_bounds__(kThreads)
 
 
 def norm_reload(threads: int, vecs: int) -> dict[str, str]:
-    """rms_norm past one wave at rows of more than 512 vectors as Inductor's persistent kernel runs it: ``vecs``
-    16-byte vectors a thread read for the sum of squares only, then read again (from L1) with the weight for the
-    output, so no row is held in registers across the barrier; ``threads`` a CTA at full occupancy."""
+    """The shipped rms_norm_reload_kernel's form (x read for the sum of squares, then again from L1 with the
+    weight, nothing held across the barrier) at another CTA shape: ``threads`` a CTA of ``vecs`` vectors each."""
     kernel = f"""// Wide rows past one wave, a variant: x read twice (the second from L1), nothing held across the barrier.
 // The cache hints are Inductor's: the first read kept (evict_last), the second the last use (evict_first); the
 // loads are volatile so the compiler cannot fold the second read into registers held across the barrier.
-__device__ __forceinline__ uint4 load_keep(const uint4* p) {{
+__device__ __forceinline__ uint4 variant_load_keep(const uint4* p) {{
   uint4 r;
   asm volatile("ld.global.L1::evict_last.v4.u32 {{%0, %1, %2, %3}}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }}
-__device__ __forceinline__ uint4 load_last(const uint4* p) {{
+__device__ __forceinline__ uint4 variant_load_last(const uint4* p) {{
   uint4 r;
   asm volatile("ld.global.L1::evict_first.v4.u32 {{%0, %1, %2, %3}}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
@@ -123,7 +122,7 @@ __device__ __forceinline__ uint4 load_last(const uint4* p) {{
 }}
 template <typename T, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
-    rms_norm_reload_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+    rms_norm_reload_variant(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
                            int out_stride, int hidden, float eps) {{
   constexpr int kWarps = kThreads / 32;
   __shared__ float partials[kWarps];
@@ -136,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {{
     const int i = static_cast<int>(threadIdx.x) + k * kThreads;
-    *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? load_keep(x_v + i) : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? variant_load_keep(x_v + i) : make_uint4(0, 0, 0, 0);
   }}
   float sum_sq = 0.0f;
 #pragma unroll
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
     const int i = static_cast<int>(threadIdx.x) + k * kThreads;
     if (i < n_vec) {{
       Vec<T> v, w;
-      *reinterpret_cast<uint4*>(&v) = load_last(x_v + i);
+      *reinterpret_cast<uint4*>(&v) = variant_load_last(x_v + i);
       *reinterpret_cast<uint4*>(&w) = __ldg(w_v + i);
       const Vec<T> y = normalised<T, false>(v, v, w, scale);
       out_v[i] = *reinterpret_cast<const uint4*>(&y);
@@ -167,15 +166,19 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
 
 """
     decl = ("template <typename T, int kThreads, int kVecs>\n__global__ void __launch_bounds__(kThreads, 2048 / kThreads)\n"
-            "    rms_norm_reload_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, "
+            "    rms_norm_reload_variant(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, "
             "int x_stride, int out_stride, int hidden, float eps);\n\n")
     launch = (f"  if (vec && !kAdd && n_vec > 512 && n_vec <= {threads * vecs} && fits32 && rows <= INT32_MAX) {{\n"
-              f"    rl::launch(rms_norm_reload_kernel<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), "
+              f"    rl::launch(rms_norm_reload_variant<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), "
               f"dim3({threads}), 0, x, weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);\n"
               "    return;\n  }\n")
     generic = "// Any hidden size and alignment: two passes with scalar accesses (see the file comment).\n"
     return {generic: kernel + generic, "inline bool aligned16(const void* p)": decl + "inline bool aligned16(const void* p)",
-            "  if (vec) {\n    // About 256 threads per row": launch + "  if (vec) {\n    // About 256 threads per row"}
+            RELOAD_LAUNCH: launch + RELOAD_LAUNCH}
+
+
+#: The shipped launch of rms_norm_reload_kernel (rms_norm rows of 513-1024 vectors, one wave of 256-thread CTAs).
+RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {\n"
 
 
 #: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
@@ -209,9 +212,12 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                          "if constexpr (!kWeightEarly) *reinterpret_cast<uint4*>(&copy)",
                          "const Vec<T>& w = kAdd ? copy : wv[kAdd ? 0 : k];":
                          "const Vec<T>& w = (kAdd || !kWeightEarly) ? copy : wv[kAdd || !kWeightEarly ? 0 : k];"}),
+        # rows of 513-1024 vectors within one wave of 256-thread CTAs: the vector kernel (4 vectors a thread,
+        # x held across the barrier), as before the reload kernel
+        ("no_reload", {RELOAD_LAUNCH: "  if (false) {\n"}),
+        # the reload kernel's form at every T past the row path's wave, at 512 threads of two vectors and 1024 of one
         ("reload_512x2", norm_reload(512, 2)),
         ("reload_1024x1", norm_reload(1024, 1)),
-        ("reload_256x4", norm_reload(256, 4)),
         ("loop_512", norm_loop(512)),
         ("loop_256", norm_loop(256)),
         # x read and out written with the streaming cache hints (evict first): each is touched once

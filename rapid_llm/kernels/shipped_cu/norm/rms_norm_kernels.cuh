@@ -20,7 +20,7 @@
 //    bf16 is 256 threads x 2 vectors of 8. Narrow rows (hidden 128 bf16: one warp)
 //    share a block of 128 threads with other rows, so a block is never a lone warp.
 //    It serves the rows the row path below does not take (fewer than 128 vectors, strides
-//    past 32 bits, rms_norm rows of 1024 vectors and more past one wave).
+//    past 32 bits, rms_norm rows of more than 1024 vectors past one wave).
 //  - Row path (row strides that fit 32 bits, 128 to 2048 vectors a row): rms_norm_row_kernel, one row per
 //    CTA of a compile-time width, two vectors a thread (128, 256 or 512 threads; 4 vectors at 512 past
 //    1024). A decode step is latency-bound, and ncu on an H200 (rms_norm at T = 128 bf16: 4.00 us
@@ -33,6 +33,17 @@
 //    beats the vector path at every T (hidden 2048, T = 16384: 36.7 against 42.1 us). At rows of 1024
 //    and more rms_norm keeps it to one wave of thread slots (past it the vector path measured 1-3 %
 //    faster at hidden 8192), fused_add_rms_norm takes it at every T (10 % faster at T = 1024 there).
+//  - Reload path (rms_norm rows of 513-1024 vectors, Llama-3-70B's hidden 8192 in bf16, past the row path's
+//    wave of 512-thread CTAs and within one wave of 256-thread CTAs: 529-1056 rows on an H200, a chunked
+//    prefill's size): rms_norm_reload_kernel, one row per CTA of 256 threads of four vectors. x is read for
+//    the sum of squares, then read again (from L1, with Inductor's cache hints) with the weight, so no row
+//    waits in registers across the barrier: few enough registers for 2048 threads an SM, where the vector
+//    path holds x and the weight (64 registers, 1024 threads) and so needs two waves. On an H200 (cold L2,
+//    two runs, against the vector path): T = 768 11.49 and 11.39 us against 12.05 and 12.14, T = 1056 14.05
+//    and 14.14 against 14.59 and 14.59, T = 1024 14.00 and 13.86 against 14.05 and 14.00 (13.63 and 13.66
+//    against 14.24 and 14.35 in two runs before), T = 529 level. Past that wave this form measured no faster
+//    than the vector path (512 threads of two vectors: 134.0 and 135.2 us at T = 16384 against 134.9 and
+//    134.2), and slower at 256 of four (139 us). benchmarks/results/logs/launch_variants_llama3-70b_rms_norm_*.
 //  - Generic path (any hidden, any alignment, rows too wide for registers): two passes
 //    over the row with scalar accesses; pass 2 reads the inputs again (from L2 for
 //    rows of ordinary width) and is the only one that writes, so the fp32 total it
@@ -267,6 +278,67 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One 16-byte vector read with an L1 cache hint: kept for a second read (evict_last) or at its last use
+// (evict_first). volatile: the compiler must not fold the second read of x into registers held across the barrier.
+__device__ __forceinline__ uint4 load_keep(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ uint4 load_last(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+// Wide rms_norm rows past one wave (see the file comment): row blockIdx.x, kThreads threads of kVecs vectors.
+// x is read for the sum of squares only, then read again (from L1) with the weight for the output.
+template <typename T, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads, 2048 / kThreads)
+    rms_norm_reload_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+                           int out_stride, int hidden, float eps) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float partials[kWarps];
+  const int64_t row = blockIdx.x;
+  const int n_vec = hidden / Vec<T>::kN;
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
+  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
+  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
+  Vec<T> xv[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {  // every load in flight before any is used
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? load_keep(x_v + i) : make_uint4(0, 0, 0, 0);
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    Vec<T> unused;
+    add_squares<T, false>(xv[k], xv[k], unused, sum_sq);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += partials[w];
+  const float scale = inv_rms(total, hidden, eps);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    if (i < n_vec) {
+      Vec<T> v, w;
+      *reinterpret_cast<uint4*>(&v) = load_last(x_v + i);
+      *reinterpret_cast<uint4*>(&w) = __ldg(w_v + i);
+      const Vec<T> y = normalised<T, false>(v, v, w, scale);
+      out_v[i] = *reinterpret_cast<const uint4*>(&y);
+    }
+  }
+}
+
 // Any hidden size and alignment: two passes with scalar accesses (see the file comment).
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kMaxThreads)
@@ -323,6 +395,11 @@ __global__ void __launch_bounds__(kThreads)
     rms_norm_row_kernel(row_in<T, kAdd> x, const T* __restrict__ weight, T* __restrict__ dst, int x_stride,
                         int dst_stride, int hidden, float eps);
 
+template <typename T, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads, 2048 / kThreads)
+    rms_norm_reload_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+                           int out_stride, int hidden, float eps);
+
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0; }
 
 inline unsigned round_up_warp(int64_t threads) { return static_cast<unsigned>(rl::cdiv(threads, 32) * 32); }
@@ -375,6 +452,13 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     } else {
       rl::launch(rms_norm_row_kernel<T, 512, 4, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
     }
+    return;
+  }
+  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {
+    // rms_norm rows of 513-1024 vectors past the row path's wave and within one of 256-thread CTAs: the reload
+    // path of the file comment.
+    rl::launch(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x, weight, out,
+               static_cast<int>(s.x), static_cast<int>(s.out), h, e);
     return;
   }
   if (vec) {
