@@ -60,8 +60,7 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_loop_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
                          int out_stride, int hidden, float eps) {{
-  constexpr int kWarps = kThreads / 32;
-  __shared__ float partials[kWarps];
+  __shared__ float partials[kThreads / 32];
   const int64_t row = blockIdx.x;
   const int n_vec = hidden / Vec<T>::kN;
   const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
@@ -73,14 +72,7 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<uint4*>(&v) = x_v[i];
     add_squares<T, false>(v, v, unused, sum_sq);
   }}
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += partials[w];
-  const float scale = inv_rms(total, hidden, eps);
+  const float scale = inv_rms(cta_sum<kThreads>(sum_sq, partials), hidden, eps);
   for (int i = static_cast<int>(threadIdx.x); i < n_vec; i += kThreads) {{
     Vec<T> v, w;
     *reinterpret_cast<uint4*>(&v) = x_v[i];
@@ -103,78 +95,11 @@ __global__ void __launch_bounds__(kThreads)
 
 
 def norm_reload(threads: int, vecs: int) -> dict[str, str]:
-    """The shipped rms_norm_reload_kernel's form (x read for the sum of squares, then again from L1 with the
-    weight, nothing held across the barrier) at another CTA shape: ``threads`` a CTA of ``vecs`` vectors each."""
-    kernel = f"""// Wide rows past one wave, a variant: x read twice (the second from L1), nothing held across the barrier.
-// The cache hints are Inductor's: the first read kept (evict_last), the second the last use (evict_first); the
-// loads are volatile so the compiler cannot fold the second read into registers held across the barrier.
-__device__ __forceinline__ uint4 variant_load_keep(const uint4* p) {{
-  uint4 r;
-  asm volatile("ld.global.L1::evict_last.v4.u32 {{%0, %1, %2, %3}}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  return r;
-}}
-__device__ __forceinline__ uint4 variant_load_last(const uint4* p) {{
-  uint4 r;
-  asm volatile("ld.global.L1::evict_first.v4.u32 {{%0, %1, %2, %3}}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  return r;
-}}
-template <typename T, int kThreads, int kVecs>
-__global__ void __launch_bounds__(kThreads, 2048 / kThreads)
-    rms_norm_reload_variant(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
-                           int out_stride, int hidden, float eps) {{
-  constexpr int kWarps = kThreads / 32;
-  __shared__ float partials[kWarps];
-  const int64_t row = blockIdx.x;
-  const int n_vec = hidden / Vec<T>::kN;
-  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
-  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
-  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
-  Vec<T> xv[kVecs];
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {{
-    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
-    *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? variant_load_keep(x_v + i) : make_uint4(0, 0, 0, 0);
-  }}
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {{
-    Vec<T> unused;
-    add_squares<T, false>(xv[k], xv[k], unused, sum_sq);
-  }}
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += partials[w];
-  const float scale = inv_rms(total, hidden, eps);
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {{
-    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
-    if (i < n_vec) {{
-      Vec<T> v, w;
-      *reinterpret_cast<uint4*>(&v) = variant_load_last(x_v + i);
-      *reinterpret_cast<uint4*>(&w) = __ldg(w_v + i);
-      const Vec<T> y = normalised<T, false>(v, v, w, scale);
-      out_v[i] = *reinterpret_cast<const uint4*>(&y);
-    }}
-  }}
-}}
-
-"""
-    decl = ("template <typename T, int kThreads, int kVecs>\n__global__ void __launch_bounds__(kThreads, 2048 / kThreads)\n"
-            "    rms_norm_reload_variant(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, "
-            "int x_stride, int out_stride, int hidden, float eps);\n\n")
-    launch = (f"  if (vec && !kAdd && n_vec > 512 && n_vec <= {threads * vecs} && fits32 && rows <= INT32_MAX) {{\n"
-              f"    rl::launch(rms_norm_reload_variant<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), "
-              f"dim3({threads}), 0, x, weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);\n"
-              "    return;\n  }\n")
-    generic = "// Any hidden size and alignment: two passes with scalar accesses (see the file comment).\n"
-    return {generic: kernel + generic, "inline bool aligned16(const void* p)": decl + "inline bool aligned16(const void* p)",
-            RELOAD_LAUNCH: launch + RELOAD_LAUNCH}
+    """The shipped rms_norm_reload_kernel at another CTA shape (``threads`` of ``vecs`` vectors each), at every T
+    past the row path's wave rather than within one wave of 256-thread CTAs."""
+    return {RELOAD_LAUNCH: "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024) {\n",
+            "rl::launch(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256)":
+            f"rl::launch(rms_norm_reload_kernel<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), dim3({threads})"}
 
 
 #: The shipped launch of rms_norm_reload_kernel (rms_norm rows of 513-1024 vectors, one wave of 256-thread CTAs).

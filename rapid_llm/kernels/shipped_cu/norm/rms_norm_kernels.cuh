@@ -114,6 +114,20 @@ __device__ __forceinline__ float row_sum(float v, float* partials) {
   return total;
 }
 
+// row_sum for a CTA of one row whose kThreads are known at compile time (no blockDim read: see the row path);
+// partials holds kThreads / 32 floats.
+template <int kThreads>
+__device__ __forceinline__ float cta_sum(float v, float* partials) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) total += partials[w];
+  return total;
+}
+
 __device__ __forceinline__ float inv_rms(float sum_sq, int hidden, float eps) {
   return rsqrtf(sum_sq / static_cast<float>(hidden) + eps);
 }
@@ -254,14 +268,7 @@ __global__ void __launch_bounds__(kThreads)
       if (i < n_vec) d_v[i] = *reinterpret_cast<const uint4*>(&sum);
     }
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += partials[w];
-  const float scale = inv_rms(total, hidden, eps);
+  const float scale = inv_rms(cta_sum<kThreads>(sum_sq, partials), hidden, eps);
   uint4* out_v;
   if constexpr (kAdd) {
     out_v = reinterpret_cast<uint4*>(x + row * x_stride);
@@ -318,14 +325,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
     Vec<T> unused;
     add_squares<T, false>(xv[k], xv[k], unused, sum_sq);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += partials[w];
-  const float scale = inv_rms(total, hidden, eps);
+  const float scale = inv_rms(cta_sum<kThreads>(sum_sq, partials), hidden, eps);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int i = static_cast<int>(threadIdx.x) + k * kThreads;
