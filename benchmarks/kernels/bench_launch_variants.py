@@ -45,10 +45,10 @@ ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, withi
     "const unsigned row_threads = n_vec <= 256 ? 128 : n_vec <= 512 ? 256 : 512;":
         "const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;",
     "const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = false;",
-    "rl::launch(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
-        "rl::launch(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)",
-    "rl::launch(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256)":
-        "rl::launch(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512)",
+    "rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
+        "rl::launch_dependent(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)",
+    "rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256)":
+        "rl::launch_dependent(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512)",
 }
 
 
@@ -98,17 +98,21 @@ def norm_reload(threads: int, vecs: int) -> dict[str, str]:
     """The shipped rms_norm_reload_kernel at another CTA shape (``threads`` of ``vecs`` vectors each), at every T
     past the row path's wave rather than within one wave of 256-thread CTAs."""
     return {RELOAD_LAUNCH: "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024) {\n",
-            "rl::launch(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256)":
-            f"rl::launch(rms_norm_reload_kernel<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), dim3({threads})"}
+            "rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256)":
+            f"rl::launch_dependent(rms_norm_reload_kernel<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), dim3({threads})"}
 
 
 #: The shipped launch of rms_norm_reload_kernel (rms_norm rows of 513-1024 vectors, one wave of 256-thread CTAs).
 RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {\n"
 
 
+#: The shipped kernels started as plain launches, not programmatic dependent ones (rl::launch_dependent).
+PLAIN_LAUNCH = ("plain_launch", {"rl::launch_dependent(": "rl::launch("})
+
 #: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
 VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
     "silu_and_mul": [
+        PLAIN_LAUNCH,
         # past one wave: two 16-byte items a thread over half the CTAs (the general kernel), as before
         ("two_items", {"if (tokens * row_items <= thread_slots || bytes == kVecBytes) return bytes;":
                        "if (tokens * row_items <= thread_slots) return bytes;"}),
@@ -117,15 +121,16 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("cta128", {"if (tokens * row_items >= int64_t{256} * rl::sm_count()) {": "if (false) {"}),
     ],
     "rms_norm": [
+        PLAIN_LAUNCH,
         ("one_vec_one_wave", ROW_TWO),
         # rows of 1024 vectors and more (Llama-3-70B): the row kernel past one wave too
         ("row_every_t", {"const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = true;"}),
         # rows of 513-1024 vectors: the row kernel at 256 threads of four vectors, not 512 of two
-        ("row_256x4", {"rl::launch(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512)":
-                       "rl::launch(rms_norm_row_kernel<T, 256, 4, kAdd>, grid, dim3(256)"}),
+        ("row_256x4", {"rl::launch_dependent(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512)":
+                       "rl::launch_dependent(rms_norm_row_kernel<T, 256, 4, kAdd>, grid, dim3(256)"}),
         # rows of 129-256 vectors (Llama-3.2-1B): 256 threads of one vector, Inductor's CTA width there
-        ("row_256x1", {"rl::launch(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
-                       "rl::launch(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)"}),
+        ("row_256x1", {"rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
+                       "rl::launch_dependent(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)"}),
         # rows of 513-1024 vectors past one wave: the vector kernel at 512 threads of two vectors, not 256 of four
         ("vec_512x2", {"const int vecs = n_vec <= 256 ? 1 : n_vec <= 512 ? 2 : 4;":
                        "const int vecs = n_vec <= 256 ? 1 : n_vec <= 1024 ? 2 : 4;"}),
@@ -151,8 +156,9 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                        "out_v[i] = *reinterpret_cast<const uint4*>(&y);":
                        "__stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));"}),
     ],
-    "fused_add_rms_norm": [("one_vec_one_wave", ROW_TWO)],
+    "fused_add_rms_norm": [PLAIN_LAUNCH, ("one_vec_one_wave", ROW_TWO)],
     "rotary_embedding": [
+        PLAIN_LAUNCH,
         ("decode_2_per_sm", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
                              "const bool one_head = tokens * rounds <= 2 * static_cast<int64_t>(rl::sm_count());"}),
         # the decode grid (q/k loads before the position test) at every T: a measurement only (no token loop)

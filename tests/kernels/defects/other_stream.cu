@@ -45,7 +45,7 @@ void launch_on_legacy_stream(void (*kernel)(P...), unsigned grid, unsigned block
   RL_CHECK(rl_runtime_slot != nullptr && rl_kernel_handles[i] != nullptr,
            "scale_other_stream: the kernels of this module are not loaded (no CUDA driver in this process)");
   const unsigned g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
-  const int result = rl_runtime_slot->launch(rl_kernel_handles[i], g, b, 0, kLegacyStream, argv);  // DEFECT
+  const int result = rl_runtime_slot->launch(rl_kernel_handles[i], g, b, 0, kLegacyStream, argv, -1, 0);  // DEFECT
   RL_CHECK(result == 0, "scale_other_stream: CUDA error launching: ", rl_runtime_slot->error_string(result));
 }
 }  // namespace

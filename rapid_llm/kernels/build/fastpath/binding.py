@@ -15,7 +15,7 @@ from types import ModuleType
 from rapid_llm.kernels.build import cache
 from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
-__all__ = ["fastcall", "load_module", "BINDING_SOURCE"]
+__all__ = ["fastcall", "load_module", "set_dependent_launch", "BINDING_SOURCE"]
 
 BINDING_SOURCE = Path(__file__).with_name("fastcall.c")
 _MODULE = "_rapid_llm_fastcall"
@@ -64,6 +64,12 @@ def fastcall() -> ModuleType:
     spec.loader.exec_module(module)
     module.init(torch.Tensor, api)
     return module
+
+
+def set_dependent_launch(on: bool) -> bool:
+    """Whether kernels launched with ``rl::launch_dependent`` start as programmatic dependent launches (on by
+    default, sm_90 and newer; see rapid_llm.cuh); returns the setting before. For timing the two in one process."""
+    return bool(fastcall().set_dependent_launch(bool(on)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,6 +71,20 @@ typedef int (*cu_ctx_set_t)(void*);
 typedef int (*cu_ctx_get_device_t)(int*);
 typedef int (*cu_launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                            void**, void**);
+/* cuLaunchKernelEx's config, as cuda.h (CUDA 12.0+) lays it out; only the attribute it sets is named. */
+typedef struct {
+  int id; /* CUlaunchAttributeID */
+  char pad[4];
+  union { char pad[64]; int programmatic_stream_serialization_allowed; } value;
+} cu_launch_attribute;
+typedef struct {
+  unsigned grid[3], block[3], smem;
+  void* stream;
+  cu_launch_attribute* attrs;
+  unsigned n_attrs;
+} cu_launch_config;
+enum { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75 };
+typedef int (*cu_launch_ex_t)(const cu_launch_config*, void*, void**, void**);
 typedef int (*cu_load_cubin_t)(void**, const void*, void*, void*, unsigned, void*, void*, unsigned);
 typedef int (*cu_cubin_kernel_t)(void**, void*, const char*);
 typedef int (*cu_kernel_set_attr_t)(int, int, void*, int);
@@ -87,6 +101,7 @@ static struct {
   cu_ctx_set_t ctx_set;
   cu_ctx_get_device_t ctx_get_device;
   cu_launch_t launch;
+  cu_launch_ex_t launch_ex;
   cu_load_cubin_t load_cubin;
   cu_cubin_kernel_t cubin_kernel;
   cu_kernel_set_attr_t kernel_set_attr;
@@ -95,7 +110,11 @@ static struct {
   cu_device_attr_t device_attr;
   cu_stream_capturing_t stream_is_capturing;
   void* primary[64];
+  signed char major[64]; /* compute capability major per device, 0 until asked */
 } cu;
+
+/* Whether rl::launch_dependent launches programmatically (set_dependent_launch; on by default). */
+static int dependent_launch = 1;
 
 static const char* load_driver(void) {
   if (cu.loaded) return NULL;
@@ -111,6 +130,7 @@ static const char* load_driver(void) {
   RL_SYM(ctx_set, "cuCtxSetCurrent");
   RL_SYM(ctx_get_device, "cuCtxGetDevice");
   RL_SYM(launch, "cuLaunchKernel");
+  RL_SYM(launch_ex, "cuLaunchKernelEx");
   RL_SYM(load_cubin, "cuLibraryLoadData");
   RL_SYM(cubin_kernel, "cuLibraryGetKernel");
   RL_SYM(kernel_set_attr, "cuKernelSetAttribute");
@@ -138,13 +158,35 @@ static const char* error_string(int result) {
 
 #define RL_MAX_DEFAULT_SMEM (48 * 1024)
 
+static int device_attribute(int attribute, int device, int* value);
+
+/* Programmatic dependent launch needs sm_90; below it a dependent launch is a plain one. */
+static int takes_dependent_launch(int device) {
+  if (!dependent_launch || device < 0 || device >= 64) return 0;
+  if (cu.major[device] == 0) {
+    int major = 0;
+    if (device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device, &major) != 0) return 0;
+    cu.major[device] = (signed char)major;
+  }
+  return cu.major[device] >= 9;
+}
+
 static int launch(void* kernel, const unsigned grid[3], const unsigned block[3], unsigned smem, void* stream,
-                  void** args) {
+                  void** args, int device, unsigned flags) {
   if (smem > RL_MAX_DEFAULT_SMEM) { /* opt in to large dynamic shared memory, as <<<>>> users must */
     int dev = 0;
     int r = cu.ctx_get_device(&dev);
     if (r == 0) r = cu.kernel_set_attr(8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */, (int)smem, kernel, dev);
     if (r != 0) return r;
+  }
+  if ((flags & RL_LAUNCH_DEPENDENT) && takes_dependent_launch(device)) {
+    cu_launch_attribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const cu_launch_config config = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, stream,
+                                     &attr, 1};
+    return cu.launch_ex(&config, kernel, args, NULL);
   }
   return cu.launch(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream, args, NULL);
 }
@@ -421,7 +463,18 @@ fail:
 
 #include "fastcall_dispatch.inc"
 
+static PyObject* fastcall_set_dependent_launch(PyObject* self, PyObject* arg) {
+  (void)self;
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  const int was = dependent_launch;
+  dependent_launch = on;
+  return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
+    {"set_dependent_launch", fastcall_set_dependent_launch, METH_O,
+     "set_dependent_launch(on) -> bool: whether rl::launch_dependent launches programmatically; returns the old"},
     {"init", fastcall_init, METH_VARARGS, "init(torch.Tensor, torch.Tensor.__dlpack_c_exchange_api__)"},
     {"load", fastcall_load, METH_VARARGS, "load(path, owner) -> [(name, signature, launcher)]"},
     {NULL, NULL, 0, NULL}};

@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(T* __restric
   const Tile tile = tile_of<kPerThread>(row_vecs);
   const int64_t t = tile.token;
   if (t >= tokens) return;
+  rl::wait_for_prior_grids();
   const uint4* __restrict__ a_v = reinterpret_cast<const uint4*>(x + t * x_stride);
   const uint4* __restrict__ b_v = a_v + row_vecs;
   uint4* __restrict__ out_v = reinterpret_cast<uint4*>(out + t * out_stride);
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(T* __restric
       b[u] = b_v[j];
     }
   }
+  rl::allow_dependent_grids();
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) {
     const int64_t j = first + static_cast<int64_t>(u) * blockDim.x;
@@ -150,8 +152,10 @@ __global__ void __launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* __rest
   if (j >= row_items) return;
   const int64_t t = blockIdx.y;
   const Item* __restrict__ a_v = reinterpret_cast<const Item*>(x + t * x_stride);
+  rl::wait_for_prior_grids();
   const Item a = a_v[j];
   const Item b = a_v[j + row_items];
+  rl::allow_dependent_grids();
   Item y;
 #pragma unroll
   for (int k = 0; k < kItemBytes / 4; ++k) y.w[k] = silu_mul_word<T>(a.w[k], b.w[k]);
@@ -167,6 +171,7 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __rest
   const Tile tile = tile_of<kPerThread>(inner);
   const int64_t t = tile.token;
   if (t >= tokens) return;
+  rl::wait_for_prior_grids();
   const T* __restrict__ a_row = x + t * x_stride;
   const T* __restrict__ b_row = a_row + inner;
   T* __restrict__ out_row = out + t * out_stride;
@@ -180,6 +185,7 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_scalar_kernel(T* __rest
       b[u] = b_row[j];
     }
   }
+  rl::allow_dependent_grids();
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) {
     const int64_t j = first + static_cast<int64_t>(u) * blockDim.x;
@@ -209,11 +215,11 @@ template <typename T, int kItemBytes>
 void launch_wave(const T* x, T* out, int64_t x_stride, int64_t out_stride, int row_items, int64_t tokens) {
   if (tokens * row_items >= int64_t{256} * rl::sm_count()) {
     const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 256)), static_cast<unsigned>(tokens));
-    rl::launch(silu_and_mul_wave_kernel<T, kItemBytes, 256>, grid, dim3(256), 0, x, out, x_stride, out_stride,
+    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 256>, grid, dim3(256), 0, x, out, x_stride, out_stride,
                row_items);
   } else {
     const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 128)), static_cast<unsigned>(tokens));
-    rl::launch(silu_and_mul_wave_kernel<T, kItemBytes, 128>, grid, dim3(128), 0, x, out, x_stride, out_stride,
+    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 128>, grid, dim3(128), 0, x, out, x_stride, out_stride,
                row_items);
   }
 }
@@ -296,15 +302,15 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
     const dim3 grid(static_cast<unsigned>(ctas));
     const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(by));
     if (vec && deep) {
-      rl::launch(silu_and_mul_vec_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
+      rl::launch_dependent(silu_and_mul_vec_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
                  x_stride);
     } else if (vec) {
-      rl::launch(silu_and_mul_vec_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
+      rl::launch_dependent(silu_and_mul_vec_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
     } else if (deep) {
-      rl::launch(silu_and_mul_scalar_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
+      rl::launch_dependent(silu_and_mul_scalar_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
                  x_stride);
     } else {
-      rl::launch(silu_and_mul_scalar_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
+      rl::launch_dependent(silu_and_mul_scalar_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
     }
   });
 }

@@ -59,6 +59,25 @@ typedef unsigned long uint64_t;
 #include <cstdint>
 #endif
 
+namespace rl {
+// Programmatic dependent launch (sm_90 and newer). A kernel that rl::launch_dependent starts may begin
+// while the kernel before it on the stream is still finishing, so its launch and prologue overlap that
+// kernel's tail. It must call wait_for_prior_grids() before it reads or writes global memory: that
+// returns once the kernel before has completed and its writes are visible. allow_dependent_grids(), once
+// its own loads are issued, lets the next dependent launch begin in turn. Both do nothing below sm_90 and
+// in a kernel launched the plain way.
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+}  // namespace rl
+
 #else
 // ------------------------------------------------------------------ host pass
 // Only declarations and small templates live here: what is not a template is
@@ -201,11 +220,12 @@ int sm_count();                       // streaming multiprocessors of the call's
 int resident_threads();               // threads the call's device holds at once: one wave of a launch
 
 namespace detail {
-void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, void** args);
+void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, void** args, unsigned flags);
 template <typename... P>
-void launch_with(const void* kernel, dim3 grid, dim3 block, unsigned smem, std::decay_t<P>... params) {
+void launch_with(unsigned flags, const void* kernel, dim3 grid, dim3 block, unsigned smem,
+                 std::decay_t<P>... params) {
   void* argv[sizeof...(P) + 1] = {static_cast<void*>(&params)...};
-  launch_raw(kernel, grid, block, smem, argv);
+  launch_raw(kernel, grid, block, smem, argv, flags);
 }
 }  // namespace detail
 
@@ -213,8 +233,17 @@ void launch_with(const void* kernel, dim3 grid, dim3 block, unsigned smem, std::
 template <typename... P, typename... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "rl::launch: the kernel takes a different number of arguments");
-  detail::launch_with<P...>(reinterpret_cast<const void*>(kernel), grid, block, static_cast<unsigned>(smem),
+  detail::launch_with<P...>(0u, reinterpret_cast<const void*>(kernel), grid, block, static_cast<unsigned>(smem),
                             std::forward<A>(args)...);
+}
+
+// rl::launch as a programmatic dependent launch (see rl::wait_for_prior_grids, which `kernel` must call
+// first); a plain launch below sm_90 or while the binding has dependent launches turned off.
+template <typename... P, typename... A>
+void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "rl::launch_dependent: the kernel takes a different number of arguments");
+  detail::launch_with<P...>(RL_LAUNCH_DEPENDENT, reinterpret_cast<const void*>(kernel), grid, block,
+                            static_cast<unsigned>(smem), std::forward<A>(args)...);
 }
 
 // ------------------------------------------------------------------ exports

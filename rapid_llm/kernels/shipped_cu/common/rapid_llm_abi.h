@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RL_ABI_VERSION 2
+#define RL_ABI_VERSION 3
 
 /* dtype codes, X(enum, code, name): the one list of them, for the enum and the names in messages
  * (rl::dtype_name). A name is spelled as rapid_llm's Python side spells it (platform.DTYPE_NAMES;
@@ -62,11 +62,14 @@ typedef struct rl_call {
   rl_arg result;      /* what a launcher that returns a number returned */
 } rl_call;
 
+/* rl_runtime.launch flags. DEPENDENT: a programmatic dependent launch (rl::launch_dependent). */
+#define RL_LAUNCH_DEPENDENT 1u
+
 /* Services the binding lends the module (the CUDA driver, reached through torch's process). */
 typedef struct rl_runtime {
-  /* Launch `kernel` (a CUkernel) on `stream`; returns a CUresult. */
+  /* Launch `kernel` (a CUkernel) on `stream` of CUDA device `device`; returns a CUresult. */
   int (*launch)(void* kernel, const unsigned grid[3], const unsigned block[3], unsigned smem,
-                void* stream, void** args);
+                void* stream, void** args, int device, unsigned flags);
   /* "CUDA_ERROR_X: description" for a CUresult. */
   const char* (*error_string)(int result);
   /* cuDeviceGetAttribute: a CUdevice_attribute of CUDA device `device`; returns a CUresult. */

@@ -72,7 +72,7 @@ void unsupported_dtype(const char* op, int32_t dtype, std::initializer_list<int3
   check_failed(std::string(op) + ": dtype " + dtype_name(dtype) + " is not supported (supported: " + ok + ")");
 }
 
-void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, void** args) {
+void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, void** args, unsigned flags) {
   int i = 0;
   while (i < rl_kernel_count && rl_kernel_symbols[i] != host_symbol) ++i;
   if (i == rl_kernel_count)
@@ -84,7 +84,8 @@ void launch_raw(const void* host_symbol, dim3 grid, dim3 block, unsigned smem, v
     throw CudaError("CUDA error: the kernels of this module are not loaded (no CUDA driver in this process)");
   const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
   const int result = rl_runtime_slot->launch(rl_kernel_handles[i], g, b, smem,
-                                             current_call ? current_call->stream : nullptr, args);
+                                             current_call ? current_call->stream : nullptr, args,
+                                             current_call ? current_call->device : -1, flags);
   if (result != 0)  // names are demangled only on the error path: the launch path stays allocation-free
     throw CudaError("CUDA error launching " + demangle(rl_kernel_names[i]) + ": " +
                     rl_runtime_slot->error_string(result));

@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   static_assert(sizeof(Vec<T>) == sizeof(uint4), "a Vec must travel as one 128-bit access");
   constexpr int kN = Vec<T>::kN;
   __shared__ float partials[kMaxWarps];
+  rl::wait_for_prior_grids();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // the last block may hold fewer rows; its threads still meet the barrier
   const int n_vec = hidden / kN;
@@ -202,6 +203,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       *reinterpret_cast<uint4*>(&wv[k]) = live && i < n_vec ? __ldg(w_v + i) : make_uint4(0, 0, 0, 0);
     }
   }
+  rl::allow_dependent_grids();
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
@@ -242,6 +244,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kN = Vec<T>::kN;
   constexpr int kWarps = kThreads / 32;
   __shared__ float partials[kWarps];
+  rl::wait_for_prior_grids();
   const int64_t row = blockIdx.x;
   const int n_vec = hidden / kN;
   const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
@@ -258,6 +261,7 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kAdd) *reinterpret_cast<uint4*>(&rv[k]) = in ? d_v[i] : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(&wv[k]) = in ? __ldg(w_v + i) : make_uint4(0, 0, 0, 0);
   }
+  rl::allow_dependent_grids();
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
@@ -308,6 +312,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
                            int out_stride, int hidden, float eps) {
   constexpr int kWarps = kThreads / 32;
   __shared__ float partials[kWarps];
+  rl::wait_for_prior_grids();
   const int64_t row = blockIdx.x;
   const int n_vec = hidden / Vec<T>::kN;
   const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
@@ -319,6 +324,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
     const int i = static_cast<int>(threadIdx.x) + k * kThreads;
     *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? load_keep(x_v + i) : make_uint4(0, 0, 0, 0);
   }
+  rl::allow_dependent_grids();
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
@@ -346,6 +352,8 @@ __global__ void __launch_bounds__(kMaxThreads)
                             const T* __restrict__ weight, int64_t out_stride, int64_t x_stride, int64_t res_stride,
                             int64_t rows, int hidden, float eps) {
   __shared__ float partials[kMaxWarps];
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;
   const T* x_row = x + row * x_stride;
@@ -442,22 +450,22 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     const int x_s = static_cast<int>(s.x), d_s = static_cast<int>(kAdd ? s.residual : s.out);
     const dim3 grid(static_cast<unsigned>(rows));
     if (n_vec <= 128) {
-      rl::launch(rms_norm_row_kernel<T, 128, 1, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch_dependent(rms_norm_row_kernel<T, 128, 1, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
     } else if (n_vec <= 256) {
-      rl::launch(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
     } else if (n_vec <= 512) {
-      rl::launch(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256), 0, xa, weight, dst, x_s, d_s, h, e);
     } else if (n_vec <= 1024) {
-      rl::launch(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch_dependent(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
     } else {
-      rl::launch(rms_norm_row_kernel<T, 512, 4, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+      rl::launch_dependent(rms_norm_row_kernel<T, 512, 4, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
     }
     return;
   }
   if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {
     // rms_norm rows of 513-1024 vectors past the row path's wave and within one of 256-thread CTAs: the reload
     // path of the file comment.
-    rl::launch(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x, weight, out,
+    rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x, weight, out,
                static_cast<int>(s.x), static_cast<int>(s.out), h, e);
     return;
   }
@@ -469,20 +477,20 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     const dim3 grid(static_cast<unsigned>(rl::cdiv(rows, rpb)));
     const dim3 block(tpr, rpb);
     if (vecs == 1) {
-      rl::launch(rms_norm_vec_kernel<T, 1, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
+      rl::launch_dependent(rms_norm_vec_kernel<T, 1, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
                  rows, h, e);
     } else if (vecs == 2) {
-      rl::launch(rms_norm_vec_kernel<T, 2, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
+      rl::launch_dependent(rms_norm_vec_kernel<T, 2, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
                  rows, h, e);
     } else {
-      rl::launch(rms_norm_vec_kernel<T, 4, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
+      rl::launch_dependent(rms_norm_vec_kernel<T, 4, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
                  rows, h, e);
     }
     return;
   }
   const unsigned tpr = std::min<unsigned>(kMaxThreads, round_up_warp(std::min<int64_t>(hidden, kMaxThreads)));
   const unsigned rpb = rows_per_block(tpr);
-  rl::launch(rms_norm_generic_kernel<T, kAdd>, dim3(static_cast<unsigned>(rl::cdiv(rows, rpb))), dim3(tpr, rpb), 0,
+  rl::launch_dependent(rms_norm_generic_kernel<T, kAdd>, dim3(static_cast<unsigned>(rl::cdiv(rows, rpb))), dim3(tpr, rpb), 0,
              out, x, residual, weight, s.out, s.x, s.residual, rows, h, e);
 }
 

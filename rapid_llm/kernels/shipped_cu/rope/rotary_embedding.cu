@@ -115,6 +115,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
   static_assert(!kVector || kN * sizeof(T) == kVecBytes, "a vector run must be one 128-bit access");
   const int runs = half / kN;  // runs per head (the launcher makes kN divide half on the vector path)
   const int heads = q_heads + k_heads;
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const int64_t pos = positions_int64 ? static_cast<const int64_t*>(positions)[t * positions_stride]
                                         : static_cast<int64_t>(static_cast<const int32_t*>(positions)[t * positions_stride]);
@@ -179,6 +181,8 @@ __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
   const int h = blockIdx.y * blockDim.y + threadIdx.y;
   const int64_t t = blockIdx.x;
   if (h >= heads || t >= tokens) return;
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t pos = positions_int64 ? static_cast<const int64_t*>(positions)[t * positions_stride]
                                       : static_cast<int64_t>(static_cast<const int32_t*>(positions)[t * positions_stride]);
   const bool is_q = h < q_heads;
@@ -309,7 +313,7 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),
                     one_head ? static_cast<unsigned>(rounds) : 1u);
     auto go = [&](auto kernel) {
-      rl::launch(kernel, grid, block, 0, positions.data_ptr(), pos64, positions.stride(0), q.data<T>(), qv.stride_t,
+      rl::launch_dependent(kernel, grid, block, 0, positions.data_ptr(), pos64, positions.stride(0), q.data<T>(), qv.stride_t,
                  qv.stride_h, qv.stride_e, k.data<T>(), kv.stride_t, kv.stride_h, kv.stride_e, cos_sin_cache.data_ptr(),
                  cache_mode, cos_sin_cache.stride(0), cos_sin_cache.stride(1), tokens, static_cast<int>(qv.heads),
                  static_cast<int>(kv.heads), half, cos_sin_cache.size(0));
