@@ -15,11 +15,15 @@ ratio, its 95 % interval and a verdict):
   SDPA are torch's plain launches, so only the boundaries into the four ops can overlap.
 - ``ops``: the four ops back to back on the layer's shapes (rms_norm, rotary_embedding, fused_add_rms_norm,
   silu_and_mul): every boundary is between two dependent launches.
+
+It also times what an eager caller pays a call of each op at T = 1 (``bench_host``, the two launch modes in
+interleaved rounds): a dependent launch goes through cuLaunchKernelEx rather than cuLaunchKernel.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,7 +32,7 @@ import torch
 
 import rapid_llm.kernels as K
 from bench_block import inputs, paired
-from rapid_llm.bench import bench
+from rapid_llm.bench import bench, bench_host
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.build.fastpath.binding import set_dependent_launch
 from rapid_llm.models.llama import LLAMA3_8B, LlamaLayer
@@ -72,11 +76,36 @@ def with_mode(call: Callable[..., Any], on: bool) -> Callable[..., Any]:
     return run
 
 
+def host_costs(layer: LlamaLayer, dtype: torch.dtype, device: torch.device, rounds: int) -> dict[str, dict]:
+    """op -> median host us per eager call at T = 1 in each launch mode, interleaved rounds of 500 calls."""
+    cfg = LLAMA3_8B
+    positions, x, residual = inputs(1, dtype, device)
+    q, k = x.new_zeros(1, cfg.q_size), x.new_zeros(1, cfg.kv_size)
+    gate_up = x.new_zeros(1, 2 * cfg.intermediate)
+    calls = {"rms_norm": (K.rms_norm, (x, layer.input_norm, cfg.eps)),
+             "fused_add_rms_norm": (K.fused_add_rms_norm, (x, residual, layer.input_norm, cfg.eps)),
+             "silu_and_mul": (K.silu_and_mul, (gate_up,)),
+             "rotary_embedding": (K.rotary_embedding, (positions, q, k, cfg.head_dim, layer.cos_sin_cache, True))}
+    out = {}
+    for op, (fn, args) in calls.items():
+        runs: dict[str, list[float]] = {mode: [] for mode in MODES}
+        for _ in range(rounds):
+            for mode, on in MODES.items():
+                runs[mode].append(bench_host(with_mode(fn, on), *args, n=500, label=f"{op} {mode}").median_us)
+        out[op] = {f"{m}_host_us": statistics.median(v) for m, v in runs.items()}
+        out[op]["dependent_minus_plain_us"] = statistics.median(d - p for d, p in zip(runs["dependent"], runs["plain"]))
+        print(f"host  {op:20s} plain {out[op]['plain_host_us']:6.2f} us  dependent {out[op]['dependent_host_us']:6.2f} us"
+              f"  (dependent - plain, median of {rounds} rounds: {out[op]['dependent_minus_plain_us']:+.2f} us)",
+              flush=True)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, nargs="*", default=[1, 16, 128])
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=20, help="graph replays per sample")
+    parser.add_argument("--host-rounds", type=int, default=7, help="interleaved rounds of the host-cost timing")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -100,10 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          **{f"{m}_median_us": v for m, v in medians.items()}, "paired": est})
             print(f"T={t:5d} {name:5s}  plain {medians['plain']:8.2f} us  dependent {medians['dependent']:8.2f} us  "
                   f"outputs equal: {same}  |  paired: {est['summary']}", flush=True)
+    host = host_costs(layer, dtype, device, args.host_rounds)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": platform.device_label(device), "torch": torch.__version__,
-                                        "rows": rows}, indent=1) + "\n")
+                                        "rows": rows, "host": host}, indent=1) + "\n")
     return 0
 
 
