@@ -89,8 +89,8 @@ def host_costs(layer: LlamaLayer, dtype: torch.dtype, device: torch.device, roun
     out = {}
     for op, (fn, args) in calls.items():
         runs: dict[str, list[float]] = {mode: [] for mode in MODES}
-        for _ in range(rounds):
-            for mode, on in MODES.items():
+        for r in range(rounds):
+            for mode, on in (MODES.items() if r % 2 == 0 else reversed(MODES.items())):  # who goes first alternates
                 runs[mode].append(bench_host(with_mode(fn, on), *args, n=500, label=f"{op} {mode}").median_us)
         out[op] = {f"{m}_host_us": statistics.median(v) for m, v in runs.items()}
         out[op]["dependent_minus_plain_us"] = statistics.median(d - p for d, p in zip(runs["dependent"], runs["plain"]))
