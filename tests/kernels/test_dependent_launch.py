@@ -3,7 +3,8 @@
 A dependent kernel may start before the kernel ahead of it on the stream has finished; its in-kernel wait is
 what keeps it from reading that kernel's output early. So each GPU case chains a CUDA row on its own output,
 eight calls back to back in one CUDA graph (where the launches overlap most), and requires the result to
-equal, bit for bit, the same chain run eagerly as plain launches.
+equal, bit for bit, the same chain run eagerly as plain launches. (A per-tensor dynamic scaled_fp8_quant call
+is such a chain by itself: clear, amax, quantise, scale, each kernel reading what the one before wrote.)
 """
 from __future__ import annotations
 
@@ -70,11 +71,35 @@ def _chains(tokens: int) -> dict[str, Callable[[], torch.Tensor]]:
             rows["rotary_embedding"](positions, qq, kk, 128, cache, True)
         return torch.cat([qq, kk], dim=1)
 
-    return {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding)}
+    heads = 32
+    v, v_b = rand(tokens, heads, 128), rand(tokens, heads, 128)
+    lse, lse_b = torch.randn(heads, tokens, generator=gen).cuda(), torch.randn(heads, tokens, generator=gen).cuda()
+    merge = spec.get_row("jit/merge_attn_states").load()
+    quant = spec.get_row("jit/scaled_fp8_quant").load()
+
+    def merge_attn_states() -> torch.Tensor:
+        a, a_lse = v, lse
+        for _ in range(CHAIN):  # each merge's output is the next one's first state
+            out, out_lse = torch.empty_like(a), torch.empty_like(a_lse)
+            merge(out, out_lse, a, a_lse, v_b, lse_b)
+            a, a_lse = out, out_lse
+        return torch.cat([a.flatten().float(), a_lse.flatten()])
+
+    def scaled_fp8_quant() -> torch.Tensor:
+        parts = []
+        for i in range(CHAIN):  # per tensor, dynamic: clear, amax, quantise, scale, four dependent kernels a call
+            out, scales = torch.empty(tokens, 4096, dtype=torch.float8_e4m3fn, device="cuda"), x.new_empty(1).float()
+            quant(out, x if i % 2 == 0 else r, scales, False)
+            parts += [out.view(torch.uint8).flatten().float(), scales]
+        return torch.cat(parts)
+
+    return {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding,
+                                    merge_attn_states, scaled_fp8_quant)}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"])
+@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding",
+                                "merge_attn_states", "scaled_fp8_quant"])
 @pytest.mark.parametrize("tokens", [1, 16, 1024, 16384])
 def test_a_chain_of_dependent_launches_in_a_graph_equals_plain_launches(op, tokens):
     chain = _chains(tokens)[op]

@@ -272,7 +272,7 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
   const int64_t tokens = n / inner;
   const int64_t thread_slots = rl::resident_threads();
 
-  // Step 3: launch on torch's current stream; rl::launch checks every launch.
+  // Step 3: launch on torch's current stream; rl::launch_dependent checks every launch.
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, "silu_and_mul", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x_p = x.data<T>();
@@ -301,16 +301,17 @@ void silu_and_mul(rl::Tensor out, rl::Tensor x) {
              " needs ", ctas, " CTAs, more than one CUDA grid holds");
     const dim3 grid(static_cast<unsigned>(ctas));
     const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+    auto go = [&](auto kernel) {
+      rl::launch_dependent(kernel, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
+    };
     if (vec && deep) {
-      rl::launch_dependent(silu_and_mul_vec_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
-                 x_stride);
+      go(silu_and_mul_vec_kernel<T, kPerThreadDeep>);
     } else if (vec) {
-      rl::launch_dependent(silu_and_mul_vec_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
+      go(silu_and_mul_vec_kernel<T, 1>);
     } else if (deep) {
-      rl::launch_dependent(silu_and_mul_scalar_kernel<T, kPerThreadDeep>, grid, block, 0, out_p, x_p, tokens, inner, out_stride,
-                 x_stride);
+      go(silu_and_mul_scalar_kernel<T, kPerThreadDeep>);
     } else {
-      rl::launch_dependent(silu_and_mul_scalar_kernel<T, 1>, grid, block, 0, out_p, x_p, tokens, inner, out_stride, x_stride);
+      go(silu_and_mul_scalar_kernel<T, 1>);
     }
   });
 }

@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kThreads)
   const I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x;
   const I total = static_cast<I>(tokens) * static_cast<I>(heads) * per_head;
   if (i >= total) return;
+  rl::wait_for_prior_grids();
   const I th = i / per_head;   // token * heads + head
   const I j = i - th * per_head;
   const I t = th / static_cast<I>(heads);
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   const V a = *reinterpret_cast<const V*>(v_a + at);  // both loads in flight before the LSEs are used
   const V b = *reinterpret_cast<const V*>(v_b + at);
   const Merge w = merge_of(lse_a[lse_at], lse_b[lse_at]);
+  rl::allow_dependent_grids();
   V o;
   if (w.mode == 0) {
 #pragma unroll
@@ -128,11 +130,11 @@ void launch_with(T* out, float* out_lse, const T* v_a, const float* lse_a, const
   const int64_t threads = tokens * heads * (head_size / kN);
   const dim3 grid(static_cast<unsigned>(rl::cdiv(threads, kThreads)));
   if (threads + kThreads <= 0xffffffffLL) {
-    rl::launch(merge_kernel<T, kN, uint32_t>, grid, dim3(kThreads), 0, out, out_lse, v_a, lse_a, v_b, lse_b, tokens,
-               heads, head_size);
+    rl::launch_dependent(merge_kernel<T, kN, uint32_t>, grid, dim3(kThreads), 0, out, out_lse, v_a, lse_a, v_b, lse_b,
+                         tokens, heads, head_size);
   } else {
-    rl::launch(merge_kernel<T, kN, int64_t>, grid, dim3(kThreads), 0, out, out_lse, v_a, lse_a, v_b, lse_b, tokens,
-               heads, head_size);
+    rl::launch_dependent(merge_kernel<T, kN, int64_t>, grid, dim3(kThreads), 0, out, out_lse, v_a, lse_a, v_b, lse_b,
+                         tokens, heads, head_size);
   }
 }
 
@@ -159,7 +161,7 @@ void merge_attn_states(rl::Tensor out, rl::Tensor out_lse, rl::Tensor v_a, rl::T
   // Step 2: extract. An empty tensor launches nothing.
   if (v_a.numel() == 0) return;
 
-  // Step 3: launch on torch's current stream (rl::launch checks the launch).
+  // Step 3: launch on torch's current stream (rl::launch_dependent checks the launch).
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(v_a, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data<T>();

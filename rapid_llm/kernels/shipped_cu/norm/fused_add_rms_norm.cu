@@ -24,7 +24,7 @@ void fused_add_rms_norm(rl::Tensor x, rl::Tensor residual, rl::Tensor weight, do
   const rms_norm_detail::RowStrides strides{x_stride, x_stride,
                                             rl::row_stride("fused_add_rms_norm", "residual", residual)};
 
-  // Step 3: launch on torch's current stream; rl::launch checks every launch. x is read, then overwritten.
+  // Step 3: launch on torch's current stream; rl::launch_dependent checks every launch. x is read, then overwritten.
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, "fused_add_rms_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* x_p = x.data<T>();

@@ -28,7 +28,7 @@ void rms_norm(rl::Tensor out, rl::Tensor x, rl::Tensor weight, double eps) {
   const int64_t x_stride = rl::row_stride("rms_norm", "x", x);
   const rms_norm_detail::RowStrides strides{rl::row_stride("rms_norm", "out", out), x_stride, 0};
 
-  // Step 3: launch on torch's current stream; rl::launch checks every launch.
+  // Step 3: launch on torch's current stream; rl::launch_dependent checks every launch.
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, "rms_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     rms_norm_detail::launch_rms_norm<false>(out.data<T>(), x.data<T>(), static_cast<T*>(nullptr), weight.data<T>(),

@@ -89,6 +89,8 @@ __global__ void __launch_bounds__(kBlock)
     groups_warp_kernel(uint8_t* __restrict__ out, const T* __restrict__ x, float* __restrict__ scales,
                        int64_t n_groups) {
   constexpr int kN = Vec<T>::kN;
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   const int64_t g = t / kL;
   const int lane = static_cast<int>(t % kL);
@@ -125,6 +127,8 @@ __global__ void __launch_bounds__(kMaxThreads)
                         int64_t size) {
   constexpr int kN = Vec<T>::kN;
   __shared__ float red[32];
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t g = blockIdx.x;
   const int n_vec = static_cast<int>(size / kN);
   const uint4* xg = reinterpret_cast<const uint4*>(x + g * size);
@@ -159,6 +163,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     groups_generic_kernel(uint8_t* __restrict__ out, const T* __restrict__ x, float* __restrict__ scales,
                           int64_t size) {
   __shared__ float red[32];
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t g = blockIdx.x;
   const T* xg = x + g * size;
   float scale;
@@ -177,15 +183,23 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // Per tensor, dynamic: clear the slot, fold each block's amax into it (as bits: for floats >= 0 the unsigned
 // order is the float order), quantise with the amax read back, then turn the slot into the scale.
-__global__ void clear_kernel(float* __restrict__ slot) { *slot = 0.0f; }
+__global__ void clear_kernel(float* __restrict__ slot) {
+  rl::wait_for_prior_grids();
+  *slot = 0.0f;
+}
 
-__global__ void finish_scale_kernel(float* __restrict__ slot) { *slot = scale_of(*slot); }
+__global__ void finish_scale_kernel(float* __restrict__ slot) {
+  rl::wait_for_prior_grids();
+  *slot = scale_of(*slot);
+}
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kBlock) tensor_amax_kernel(const T* __restrict__ x, float* __restrict__ slot,
                                                              int64_t n) {
   constexpr int kN = Vec<T>::kN;
   __shared__ float red[32];
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kBlock;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   float amax = 0.0f;
@@ -214,6 +228,8 @@ __global__ void __launch_bounds__(kBlock) tensor_quant_kernel(uint8_t* __restric
                                                               const float* __restrict__ slot, int64_t n,
                                                               int64_t stride) {
   constexpr int kN = Vec<T>::kN;
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   const int64_t n_vec = kVec ? n / kN : 0;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
@@ -271,8 +287,9 @@ inline unsigned round_up_warp(int64_t threads) { return static_cast<unsigned>(rl
 
 template <typename T, int kL, int kP, bool kStatic>
 void launch_warp(uint8_t* out, const T* x, float* scales, int64_t n_groups) {
-  rl::launch(groups_warp_kernel<T, kL, kP, kStatic>, dim3(static_cast<unsigned>(rl::cdiv(n_groups * kL, kBlock))),
-             dim3(kBlock), 0, out, x, scales, n_groups);
+  rl::launch_dependent(groups_warp_kernel<T, kL, kP, kStatic>,
+                       dim3(static_cast<unsigned>(rl::cdiv(n_groups * kL, kBlock))), dim3(kBlock), 0, out, x, scales,
+                       n_groups);
 }
 
 // kL lanes of kP vectors each for a group of n_vec vectors (a power of two up to kMaxWarpVecs).
@@ -298,10 +315,10 @@ void launch_block_groups(uint8_t* out, const T* x, float* scales, int64_t n_grou
   const int vecs = n_vec <= per ? 1 : n_vec <= 2 * per ? 2 : n_vec <= 4 * per ? 4 : 8;
   const dim3 grid(static_cast<unsigned>(n_groups));
   const dim3 block(round_up_warp(rl::cdiv(n_vec, vecs)));
-  if (vecs == 1) rl::launch(groups_block_kernel<T, 1, kStatic>, grid, block, 0, out, x, scales, size);
-  else if (vecs == 2) rl::launch(groups_block_kernel<T, 2, kStatic>, grid, block, 0, out, x, scales, size);
-  else if (vecs == 4) rl::launch(groups_block_kernel<T, 4, kStatic>, grid, block, 0, out, x, scales, size);
-  else rl::launch(groups_block_kernel<T, 8, kStatic>, grid, block, 0, out, x, scales, size);
+  if (vecs == 1) rl::launch_dependent(groups_block_kernel<T, 1, kStatic>, grid, block, 0, out, x, scales, size);
+  else if (vecs == 2) rl::launch_dependent(groups_block_kernel<T, 2, kStatic>, grid, block, 0, out, x, scales, size);
+  else if (vecs == 4) rl::launch_dependent(groups_block_kernel<T, 4, kStatic>, grid, block, 0, out, x, scales, size);
+  else rl::launch_dependent(groups_block_kernel<T, 8, kStatic>, grid, block, 0, out, x, scales, size);
 }
 
 template <typename T>
@@ -314,21 +331,21 @@ void launch_tensor(uint8_t* out, const T* x, float* slot, int64_t n, int64_t esi
   const int64_t stride = static_cast<int64_t>(blocks) * kBlock;  // tensor_quant_kernel's grid, in threads
   if (is_static) {
     if (n == 0) return;
-    if (vec) rl::launch(tensor_quant_kernel<T, true, false>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
-    else rl::launch(tensor_quant_kernel<T, false, false>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
+    auto quant = vec ? tensor_quant_kernel<T, true, false> : tensor_quant_kernel<T, false, false>;
+    rl::launch_dependent(quant, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
     return;
   }
-  rl::launch(clear_kernel, dim3(1), dim3(1), 0, slot);
+  rl::launch_dependent(clear_kernel, dim3(1), dim3(1), 0, slot);
   if (n > 0) {
     if (vec) {
-      rl::launch(tensor_amax_kernel<T, true>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
-      rl::launch(tensor_quant_kernel<T, true, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
+      rl::launch_dependent(tensor_amax_kernel<T, true>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
+      rl::launch_dependent(tensor_quant_kernel<T, true, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
     } else {
-      rl::launch(tensor_amax_kernel<T, false>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
-      rl::launch(tensor_quant_kernel<T, false, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
+      rl::launch_dependent(tensor_amax_kernel<T, false>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
+      rl::launch_dependent(tensor_quant_kernel<T, false, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
     }
   }
-  rl::launch(finish_scale_kernel, dim3(1), dim3(1), 0, slot);
+  rl::launch_dependent(finish_scale_kernel, dim3(1), dim3(1), 0, slot);
 }
 
 template <typename T>
@@ -352,10 +369,8 @@ void launch_quant(uint8_t* out, const T* x, float* scales, int64_t n_groups, int
     else launch_block_groups<T, false>(out, x, scales, n_groups, size, n_vec);
   } else {
     const dim3 block(std::min<unsigned>(kMaxThreads, round_up_warp(size)));
-    if (is_static) rl::launch(groups_generic_kernel<T, true>, dim3(static_cast<unsigned>(n_groups)), block, 0, out, x,
-                              scales, size);
-    else rl::launch(groups_generic_kernel<T, false>, dim3(static_cast<unsigned>(n_groups)), block, 0, out, x,
-                    scales, size);
+    auto kernel = is_static ? groups_generic_kernel<T, true> : groups_generic_kernel<T, false>;
+    rl::launch_dependent(kernel, dim3(static_cast<unsigned>(n_groups)), block, 0, out, x, scales, size);
   }
 }
 
@@ -382,7 +397,7 @@ void scaled_fp8_quant(rl::Tensor out, rl::Tensor x, rl::Tensor scales, bool is_s
   rl::check_cuda(op, {out, x, scales});  // device last: a CPU build checks the words above
   RL_CHECK(n_groups <= 0x7fffffffLL, op, ": ", n_groups, " groups is past the grid's 2^31 - 1 blocks");
 
-  // Step 2: extract; Step 3: launch on torch's current stream (rl::launch checks each launch).
+  // Step 2: extract; Step 3: launch on torch's current stream (rl::launch_dependent checks each launch).
   uint8_t* o = static_cast<uint8_t*>(out.data_ptr());
   float* s = scales.data<float>();
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, op, [&](auto tag) {

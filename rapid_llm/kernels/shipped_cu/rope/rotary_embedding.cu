@@ -291,7 +291,7 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
   const bool cache_aligned = cos_sin_cache.stride(1) == 1 && cos_sin_cache.stride(0) % cache_run == 0 &&
                              reinterpret_cast<std::uintptr_t>(cos_sin_cache.data_ptr()) % kVecBytes == 0;
 
-  // Step 3: launch on torch's current stream; rl::launch checks every launch.
+  // Step 3: launch on torch's current stream; rl::launch_dependent checks every launch.
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(q, kOp, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t run = kVecBytes / q.element_size();  // elements per 16-byte run (T is incomplete here)
