@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 import torch
 
-from rapid_llm.kernels.build.fastpath.binding import set_dependent_launch
+from rapid_llm.kernels.build.fastpath.binding import plain_launches, set_dependent_launch
 from rapid_llm.kernels.registry import spec
 
 needs_toolchain = pytest.mark.skipif(shutil.which("gcc") is None, reason="the call binding is built with gcc")
@@ -30,6 +30,15 @@ def test_the_switch_is_on_by_default_and_returns_the_setting_before():
         assert set_dependent_launch(False) is False
     finally:
         set_dependent_launch(True)
+
+
+@needs_toolchain
+def test_plain_launches_turns_the_switch_off_and_back_even_on_error():
+    set_dependent_launch(True)  # the binding is loaded: plain_launches has something to switch
+    with pytest.raises(KeyError), plain_launches():
+        assert set_dependent_launch(False) is False
+        raise KeyError("inside")
+    assert set_dependent_launch(True) is True
 
 
 def _chains(tokens: int) -> dict[str, Callable[[], torch.Tensor]]:

@@ -1,6 +1,7 @@
 """The call binding (``fastcall.c``), built once per Python, and loading modules through it."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -11,11 +12,12 @@ import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 from rapid_llm.kernels.build import cache
 from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
-__all__ = ["fastcall", "load_module", "set_dependent_launch", "BINDING_SOURCE"]
+__all__ = ["fastcall", "load_module", "set_dependent_launch", "plain_launches", "BINDING_SOURCE"]
 
 BINDING_SOURCE = Path(__file__).with_name("fastcall.c")
 _MODULE = "_rapid_llm_fastcall"
@@ -70,6 +72,20 @@ def set_dependent_launch(on: bool) -> bool:
     """Whether kernels launched with ``rl::launch_dependent`` start as programmatic dependent launches (on by
     default, sm_90 and newer; see rapid_llm.cuh); returns the setting before. For timing the two in one process."""
     return bool(fastcall().set_dependent_launch(bool(on)))
+
+
+@contextlib.contextmanager
+def plain_launches() -> Iterator[None]:
+    """Within it, ``rl::launch_dependent`` launches plainly. A process that has loaded no fast-path module yet
+    has nothing to switch (and may have no compiler to build the binding with)."""
+    if fastcall.cache_info().currsize == 0:
+        yield
+        return
+    before = set_dependent_launch(False)
+    try:
+        yield
+    finally:
+        set_dependent_launch(before)
 
 
 @dataclasses.dataclass(frozen=True)
