@@ -8,13 +8,14 @@ is such a chain by itself: clear, amax, quantise, scale, each kernel reading wha
 """
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Callable
 
 import pytest
 import torch
 
-from rapid_llm.kernels.build.fastpath.binding import plain_launches, set_dependent_launch
+from rapid_llm.kernels.build.fastpath.binding import DEPENDENT_LAUNCH_ENV, plain_launches, set_dependent_launch
 from rapid_llm.kernels.registry import spec
 
 needs_toolchain = pytest.mark.skipif(shutil.which("gcc") is None, reason="the call binding is built with gcc")
@@ -23,22 +24,26 @@ CHAIN = 8
 
 
 @needs_toolchain
-def test_the_switch_is_on_by_default_and_returns_the_setting_before():
-    assert set_dependent_launch(True) is True
+def test_the_switch_follows_the_environment_and_returns_the_setting_before():
+    default = os.environ.get(DEPENDENT_LAUNCH_ENV, "0") == "1"
+    assert set_dependent_launch(True) is default
     try:
         assert set_dependent_launch(False) is True
         assert set_dependent_launch(False) is False
     finally:
-        set_dependent_launch(True)
+        set_dependent_launch(default)
 
 
 @needs_toolchain
 def test_plain_launches_turns_the_switch_off_and_back_even_on_error():
-    set_dependent_launch(True)  # the binding is loaded: plain_launches has something to switch
-    with pytest.raises(KeyError), plain_launches():
-        assert set_dependent_launch(False) is False
-        raise KeyError("inside")
-    assert set_dependent_launch(True) is True
+    before = set_dependent_launch(True)  # the binding is loaded: plain_launches has something to switch
+    try:
+        with pytest.raises(KeyError), plain_launches():
+            assert set_dependent_launch(False) is False
+            raise KeyError("inside")
+        assert set_dependent_launch(True) is True
+    finally:
+        set_dependent_launch(before)
 
 
 def _chains(tokens: int) -> dict[str, Callable[[], torch.Tensor]]:

@@ -113,8 +113,8 @@ static struct {
   signed char major[64]; /* compute capability major per device, 0 until asked */
 } cu;
 
-/* Whether rl::launch_dependent launches programmatically (set_dependent_launch; on by default). */
-static int dependent_launch = 1;
+/* Whether rl::launch_dependent launches programmatically (set_dependent_launch; binding.py sets it at load). */
+static int dependent_launch = 0;
 
 static const char* load_driver(void) {
   if (cu.loaded) return NULL;
