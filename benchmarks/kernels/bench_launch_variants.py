@@ -106,7 +106,8 @@ def norm_reload(threads: int, vecs: int) -> dict[str, str]:
 RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {\n"
 
 
-#: The shipped kernels started as plain launches, not programmatic dependent ones (rl::launch_dependent).
+#: The shipped kernels started as plain launches, not programmatic dependent ones (rl::launch_dependent): a
+#: difference only where dependent launches are on (RAPID_LLM_DEPENDENT_LAUNCH=1).
 PLAIN_LAUNCH = ("plain_launch", {"rl::launch_dependent(": "rl::launch("})
 
 #: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
