@@ -9,6 +9,7 @@ is such a chain by itself: clear, amax, quantise, scale, each kernel reading wha
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from typing import Callable
 
@@ -16,11 +17,54 @@ import pytest
 import torch
 
 from rapid_llm.kernels.build.fastpath.binding import DEPENDENT_LAUNCH_ENV, plain_launches, set_dependent_launch
+from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 
 needs_toolchain = pytest.mark.skipif(shutil.which("gcc") is None, reason="the call binding is built with gcc")
 
 CHAIN = 8
+
+#: Shipped sources that launch dependently: every kernel they define must wait before it touches memory.
+DEPENDENT_SOURCES = sorted(p for p in platform.SHIPPED_CU.rglob("*.cu*") if "rl::launch_dependent(" in p.read_text())
+
+
+def _kernel_bodies(text: str) -> dict[str, str]:
+    """name -> body of each ``__global__`` function defined (not merely declared) in ``text``."""
+    bodies = {}
+    text = re.sub(r"__launch_bounds__\s*\([^)]*\)", "", text)
+    for m in re.finditer(r"__global__[^;{]*?(\w+)\s*\(", text):
+        depth, i = 0, m.end() - 1
+        while True:  # past the parameter list
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        rest = text[i:].lstrip()
+        if not rest.startswith("{"):
+            continue  # a declaration
+        start = i + text[i:].index("{")
+        depth, j = 0, start
+        while True:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        bodies[m.group(1)] = text[start:j]
+    return bodies
+
+
+def test_the_shipped_dependent_sources_are_the_llm_ops():
+    names = {p.name for p in DEPENDENT_SOURCES}
+    assert {"rms_norm_kernels.cuh", "silu_and_mul.cu", "rotary_embedding.cu", "merge_attn_states.cu",
+            "scaled_fp8_quant.cu"} <= names
+
+
+@pytest.mark.parametrize("source", DEPENDENT_SOURCES, ids=lambda p: p.name)
+def test_every_kernel_of_a_dependent_source_waits_for_the_grid_before(source):
+    bodies = _kernel_bodies(source.read_text())
+    assert bodies, f"{source.name}: no kernel definitions found"
+    missing = sorted(name for name, body in bodies.items() if "rl::wait_for_prior_grids();" not in body)
+    assert not missing, f"{source.name}: kernels launched dependently without rl::wait_for_prior_grids(): {missing}"
 
 
 @needs_toolchain
