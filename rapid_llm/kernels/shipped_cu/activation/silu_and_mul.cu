@@ -215,12 +215,12 @@ template <typename T, int kItemBytes>
 void launch_wave(const T* x, T* out, int64_t x_stride, int64_t out_stride, int row_items, int64_t tokens) {
   if (tokens * row_items >= int64_t{256} * rl::sm_count()) {
     const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 256)), static_cast<unsigned>(tokens));
-    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 256>, grid, dim3(256), 0, x, out, x_stride, out_stride,
-               row_items);
+    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 256>, grid, dim3(256), 0, x, out, x_stride,
+                         out_stride, row_items);
   } else {
     const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 128)), static_cast<unsigned>(tokens));
-    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 128>, grid, dim3(128), 0, x, out, x_stride, out_stride,
-               row_items);
+    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 128>, grid, dim3(128), 0, x, out, x_stride,
+                         out_stride, row_items);
   }
 }
 

@@ -465,8 +465,8 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
   if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {
     // rms_norm rows of 513-1024 vectors past the row path's wave and within one of 256-thread CTAs: the reload
     // path of the file comment.
-    rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x, weight, out,
-               static_cast<int>(s.x), static_cast<int>(s.out), h, e);
+    rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x,
+                         weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);
     return;
   }
   if (vec) {
@@ -477,21 +477,21 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     const dim3 grid(static_cast<unsigned>(rl::cdiv(rows, rpb)));
     const dim3 block(tpr, rpb);
     if (vecs == 1) {
-      rl::launch_dependent(rms_norm_vec_kernel<T, 1, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
-                 rows, h, e);
+      rl::launch_dependent(rms_norm_vec_kernel<T, 1, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x,
+                           s.residual, rows, h, e);
     } else if (vecs == 2) {
-      rl::launch_dependent(rms_norm_vec_kernel<T, 2, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
-                 rows, h, e);
+      rl::launch_dependent(rms_norm_vec_kernel<T, 2, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x,
+                           s.residual, rows, h, e);
     } else {
-      rl::launch_dependent(rms_norm_vec_kernel<T, 4, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x, s.residual,
-                 rows, h, e);
+      rl::launch_dependent(rms_norm_vec_kernel<T, 4, kAdd>, grid, block, 0, out, x, residual, weight, s.out, s.x,
+                           s.residual, rows, h, e);
     }
     return;
   }
   const unsigned tpr = std::min<unsigned>(kMaxThreads, round_up_warp(std::min<int64_t>(hidden, kMaxThreads)));
   const unsigned rpb = rows_per_block(tpr);
-  rl::launch_dependent(rms_norm_generic_kernel<T, kAdd>, dim3(static_cast<unsigned>(rl::cdiv(rows, rpb))), dim3(tpr, rpb), 0,
-             out, x, residual, weight, s.out, s.x, s.residual, rows, h, e);
+  rl::launch_dependent(rms_norm_generic_kernel<T, kAdd>, dim3(static_cast<unsigned>(rl::cdiv(rows, rpb))),
+                       dim3(tpr, rpb), 0, out, x, residual, weight, s.out, s.x, s.residual, rows, h, e);
 }
 
 // Shape and dtype checks both launchers share: weight is [hidden] of x's dtype. Returns hidden.

@@ -337,13 +337,10 @@ void launch_tensor(uint8_t* out, const T* x, float* slot, int64_t n, int64_t esi
   }
   rl::launch_dependent(clear_kernel, dim3(1), dim3(1), 0, slot);
   if (n > 0) {
-    if (vec) {
-      rl::launch_dependent(tensor_amax_kernel<T, true>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
-      rl::launch_dependent(tensor_quant_kernel<T, true, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
-    } else {
-      rl::launch_dependent(tensor_amax_kernel<T, false>, dim3(blocks), dim3(kBlock), 0, x, slot, n);
-      rl::launch_dependent(tensor_quant_kernel<T, false, true>, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
-    }
+    auto amax = vec ? tensor_amax_kernel<T, true> : tensor_amax_kernel<T, false>;
+    auto quant = vec ? tensor_quant_kernel<T, true, true> : tensor_quant_kernel<T, false, true>;
+    rl::launch_dependent(amax, dim3(blocks), dim3(kBlock), 0, x, slot, n);
+    rl::launch_dependent(quant, dim3(blocks), dim3(kBlock), 0, out, x, slot, n, stride);
   }
   rl::launch_dependent(finish_scale_kernel, dim3(1), dim3(1), 0, slot);
 }
