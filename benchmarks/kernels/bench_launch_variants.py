@@ -45,10 +45,10 @@ ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, withi
     "const unsigned row_threads = n_vec <= 256 ? 128 : n_vec <= 512 ? 256 : 512;":
         "const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;",
     "const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = false;",
-    "rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
-        "rl::launch_dependent(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)",
-    "rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256)":
-        "rl::launch_dependent(rms_norm_row_kernel<T, 512, 1, kAdd>, grid, dim3(512)",
+    "rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd, kStreamOut>, grid, dim3(128)":
+        "rl::launch_dependent(rms_norm_row_kernel<T, 256, 1, kAdd, kStreamOut>, grid, dim3(256)",
+    "rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd, kStreamOut>, grid, dim3(256)":
+        "rl::launch_dependent(rms_norm_row_kernel<T, 512, 1, kAdd, kStreamOut>, grid, dim3(512)",
 }
 
 
@@ -107,7 +107,7 @@ RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 &&
 
 
 #: The shipped kernels started as plain launches, not programmatic dependent ones (rl::launch_dependent): a
-#: difference only where dependent launches are on (RAPID_LLM_DEPENDENT_LAUNCH=1).
+#: difference only where dependent launches are on (the default; RAPID_LLM_DEPENDENT_LAUNCH=0 turns them off).
 PLAIN_LAUNCH = ("plain_launch", {"rl::launch_dependent(": "rl::launch("})
 
 #: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
@@ -127,11 +127,11 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # rows of 1024 vectors and more (Llama-3-70B): the row kernel past one wave too
         ("row_every_t", {"const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = true;"}),
         # rows of 513-1024 vectors: the row kernel at 256 threads of four vectors, not 512 of two
-        ("row_256x4", {"rl::launch_dependent(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512)":
-                       "rl::launch_dependent(rms_norm_row_kernel<T, 256, 4, kAdd>, grid, dim3(256)"}),
+        ("row_256x4", {"rl::launch_dependent(rms_norm_row_kernel<T, 512, 2, kAdd, kStreamOut>, grid, dim3(512)":
+                       "rl::launch_dependent(rms_norm_row_kernel<T, 256, 4, kAdd, kStreamOut>, grid, dim3(256)"}),
         # rows of 129-256 vectors (Llama-3.2-1B): 256 threads of one vector, Inductor's CTA width there
-        ("row_256x1", {"rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128)":
-                       "rl::launch_dependent(rms_norm_row_kernel<T, 256, 1, kAdd>, grid, dim3(256)"}),
+        ("row_256x1", {"rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd, kStreamOut>, grid, dim3(128)":
+                       "rl::launch_dependent(rms_norm_row_kernel<T, 256, 1, kAdd, kStreamOut>, grid, dim3(256)"}),
         # rows of 513-1024 vectors past one wave: the vector kernel at 512 threads of two vectors, not 256 of four
         ("vec_512x2", {"const int vecs = n_vec <= 256 ? 1 : n_vec <= 512 ? 2 : 4;":
                        "const int vecs = n_vec <= 256 ? 1 : n_vec <= 1024 ? 2 : 4;"}),
@@ -157,7 +157,9 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                        "out_v[i] = *reinterpret_cast<const uint4*>(&y);":
                        "__stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));"}),
     ],
-    "fused_add_rms_norm": [PLAIN_LAUNCH, ("one_vec_one_wave", ROW_TWO)],
+    "fused_add_rms_norm": [PLAIN_LAUNCH, ("one_vec_one_wave", ROW_TWO),
+                           # at most a CTA per SM: the output stored plainly, as before the streaming store
+                           ("plain_store", {"if (kAdd && rows <= rl::sm_count()) {": "if (false) {"})],
     "rotary_embedding": [
         PLAIN_LAUNCH,
         ("decode_2_per_sm", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":

@@ -33,6 +33,11 @@
 //    beats the vector path at every T (hidden 2048, T = 16384: 36.7 against 42.1 us). At rows of 1024
 //    and more rms_norm keeps it to one wave of thread slots (past it the vector path measured 1-3 %
 //    faster at hidden 8192), fused_add_rms_norm takes it at every T (10 % faster at T = 1024 there).
+//    At most a CTA per SM (decode sizes), fused_add_rms_norm stores its output (over x) with the streaming hint
+//    (evict first). On an H200 (hidden 4096 bf16, cold L2, CUDA graphs, interleaved) that kept a row-strided
+//    x (x[:, :H] of a [T, 2H] buffer, vLLM's test) at 0.963, 0.991 and 0.968 of contiguous bandwidth at
+//    T = 1, 16, 128, where plain stores gave 0.954, 0.976 and 0.946, contiguous calls level; from T = 1024 up it
+//    cost contiguous calls 1-2 % (T = 16384: 3918 against 3997 GB/s), so bigger calls store plainly.
 //  - Reload path (rms_norm rows of 513-1024 vectors, Llama-3-70B's hidden 8192 in bf16, past the row path's
 //    wave of 512-thread CTAs and within one wave of 256-thread CTAs: 529-1056 rows on an H200, a chunked
 //    prefill's size): rms_norm_reload_kernel, one row per CTA of 256 threads of four vectors. x is read for
@@ -236,8 +241,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 // Few rows (see the file comment): row blockIdx.x, kThreads threads across it, kVecs 16-byte vectors each.
 // dst is out (rms_norm) or residual (kAdd: read, then written with the rounded total, and out is x).
 // The same arithmetic in the same order per thread as rms_norm_vec_kernel; the sum of squares meets over
-// kThreads / 32 warps.
-template <typename T, int kThreads, int kVecs, bool kAdd>
+// kThreads / 32 warps. kStreamOut: out is stored with the streaming hint (evict first; see the launch).
+template <typename T, int kThreads, int kVecs, bool kAdd, bool kStreamOut>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_row_kernel(row_in<T, kAdd> x, const T* __restrict__ weight, T* __restrict__ dst, int x_stride,
                         int dst_stride, int hidden, float eps) {
@@ -284,7 +289,11 @@ __global__ void __launch_bounds__(kThreads)
     const int i = static_cast<int>(threadIdx.x) + k * kThreads;
     if (i < n_vec) {
       const Vec<T> y = normalised<T, kAdd>(xv[k], rv[kAdd ? k : 0], wv[k], scale);
-      out_v[i] = *reinterpret_cast<const uint4*>(&y);
+      if constexpr (kStreamOut) {
+        __stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));
+      } else {
+        out_v[i] = *reinterpret_cast<const uint4*>(&y);
+      }
     }
   }
 }
@@ -398,7 +407,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_generic_kernel(row_ptr<T, kAdd> out, row_ptr<const T, kAdd> x, T* residual,
                             const T* __restrict__ weight, int64_t out_stride, int64_t x_stride, int64_t res_stride,
                             int64_t rows, int hidden, float eps);
-template <typename T, int kThreads, int kVecs, bool kAdd>
+template <typename T, int kThreads, int kVecs, bool kAdd, bool kStreamOut>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_row_kernel(row_in<T, kAdd> x, const T* __restrict__ weight, T* __restrict__ dst, int x_stride,
                         int dst_stride, int hidden, float eps);
@@ -420,6 +429,28 @@ inline unsigned rows_per_block(unsigned threads_per_row) { return std::max(1u, 1
 struct RowStrides {
   int64_t out, x, residual;
 };
+
+// The row path's launch (see launch_rms_norm): CTA width and vectors a thread by the row's vector count.
+template <typename T, bool kAdd, bool kStreamOut>
+void launch_row(int64_t n_vec, dim3 grid, row_in<T, kAdd> xa, const T* weight, T* dst, int x_s, int d_s, int h,
+                float e) {
+  if (n_vec <= 128) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 128, 1, kAdd, kStreamOut>, grid, dim3(128), 0, xa, weight, dst, x_s,
+                         d_s, h, e);
+  } else if (n_vec <= 256) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd, kStreamOut>, grid, dim3(128), 0, xa, weight, dst, x_s,
+                         d_s, h, e);
+  } else if (n_vec <= 512) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd, kStreamOut>, grid, dim3(256), 0, xa, weight, dst, x_s,
+                         d_s, h, e);
+  } else if (n_vec <= 1024) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 512, 2, kAdd, kStreamOut>, grid, dim3(512), 0, xa, weight, dst, x_s,
+                         d_s, h, e);
+  } else {
+    rl::launch_dependent(rms_norm_row_kernel<T, 512, 4, kAdd, kStreamOut>, grid, dim3(512), 0, xa, weight, dst, x_s,
+                         d_s, h, e);
+  }
+}
 
 // kAdd = false (rms_norm): residual is null and s.residual unused; out and x must not overlap.
 template <bool kAdd, typename T>
@@ -449,16 +480,10 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     }();
     const int x_s = static_cast<int>(s.x), d_s = static_cast<int>(kAdd ? s.residual : s.out);
     const dim3 grid(static_cast<unsigned>(rows));
-    if (n_vec <= 128) {
-      rl::launch_dependent(rms_norm_row_kernel<T, 128, 1, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
-    } else if (n_vec <= 256) {
-      rl::launch_dependent(rms_norm_row_kernel<T, 128, 2, kAdd>, grid, dim3(128), 0, xa, weight, dst, x_s, d_s, h, e);
-    } else if (n_vec <= 512) {
-      rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd>, grid, dim3(256), 0, xa, weight, dst, x_s, d_s, h, e);
-    } else if (n_vec <= 1024) {
-      rl::launch_dependent(rms_norm_row_kernel<T, 512, 2, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+    if (kAdd && rows <= rl::sm_count()) {  // decode sizes: fused_add_rms_norm's output stored streaming
+      launch_row<T, kAdd, kAdd>(n_vec, grid, xa, weight, dst, x_s, d_s, h, e);
     } else {
-      rl::launch_dependent(rms_norm_row_kernel<T, 512, 4, kAdd>, grid, dim3(512), 0, xa, weight, dst, x_s, d_s, h, e);
+      launch_row<T, kAdd, false>(n_vec, grid, xa, weight, dst, x_s, d_s, h, e);
     }
     return;
   }
