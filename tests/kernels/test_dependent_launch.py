@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 from typing import Callable
 
 import pytest
@@ -69,13 +71,29 @@ def test_every_kernel_of_a_dependent_source_waits_for_the_grid_before(source):
 
 @needs_toolchain
 def test_the_switch_follows_the_environment_and_returns_the_setting_before():
-    default = os.environ.get(DEPENDENT_LAUNCH_ENV, "0") == "1"
+    default = os.environ.get(DEPENDENT_LAUNCH_ENV, "1") != "0"
     assert set_dependent_launch(True) is default
     try:
         assert set_dependent_launch(False) is True
         assert set_dependent_launch(False) is False
     finally:
         set_dependent_launch(default)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("env", [None, "0"], ids=["default", "env_off"])
+def test_a_binding_first_loaded_inside_plain_launches_is_plain_there_and_takes_the_default_after(env):
+    # A fresh process: this one has loaded the binding already.
+    code = ("from rapid_llm.kernels.build.fastpath import binding\n"
+            "with binding.plain_launches():\n"
+            "    inside = binding.set_dependent_launch(False)\n"
+            "print(inside, binding.set_dependent_launch(False))\n")
+    environ = {k: v for k, v in os.environ.items() if k != DEPENDENT_LAUNCH_ENV}
+    if env is not None:
+        environ[DEPENDENT_LAUNCH_ENV] = env
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True" if env is None else "False"]
 
 
 @needs_toolchain

@@ -22,9 +22,10 @@ __all__ = ["fastcall", "load_module", "set_dependent_launch", "plain_launches", 
 
 BINDING_SOURCE = Path(__file__).with_name("fastcall.c")
 _MODULE = "_rapid_llm_fastcall"
-#: ``=1``: rl::launch_dependent launches programmatically from the start of the process (off by default: see
+#: ``=0``: rl::launch_dependent launches plainly from the start of the process (programmatically by default: see
 #: set_dependent_launch).
 DEPENDENT_LAUNCH_ENV = "RAPID_LLM_DEPENDENT_LAUNCH"
+_plain_blocks = 0  # plain_launches blocks open now: a binding loaded inside one starts plain
 
 
 class _BindingBuilder:
@@ -69,44 +70,40 @@ def fastcall() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.init(torch.Tensor, api)
-    module.set_dependent_launch(os.environ.get(DEPENDENT_LAUNCH_ENV, "0") == "1")
+    module.set_dependent_launch(_default_setting())
     return module
+
+
+def _default_setting() -> bool:
+    return os.environ.get(DEPENDENT_LAUNCH_ENV, "1") != "0" and _plain_blocks == 0
 
 
 def set_dependent_launch(on: bool) -> bool:
     """Whether kernels launched with ``rl::launch_dependent`` start as programmatic dependent launches (sm_90 and
-    newer; see rapid_llm.cuh); returns the setting before. Off unless DEPENDENT_LAUNCH_ENV says otherwise.
+    newer; see rapid_llm.cuh); returns the setting before. On unless DEPENDENT_LAUNCH_ENV=0.
 
-    On, a CUDA graph of rapid_llm ops back to back replays 6-7 % faster on an H200. But the project's own eager
-    timing (bench_op: CUDA events around each call, the integrity checks' kernels between calls) then read
-    jit/silu_and_mul at T = 1 as 18.4 us (4.1 in the committed plain-launch figures) and jit/rms_norm at
-    T = 128 as 18.4 (its 20th percentile 4.9); until that is explained, plain launches stay the default."""
+    On an H200 a CUDA graph of rapid_llm ops back to back replays 6-7 % faster with them, and an eager call costs
+    the host 0.3-0.8 us less (benchmarks/models/bench_dependent_launch.py). Timed alone between CUDA events, a
+    call measures the same either way: the overlap is with the kernel before."""
     return bool(fastcall().set_dependent_launch(bool(on)))
 
 
 @contextlib.contextmanager
 def plain_launches() -> Iterator[None]:
-    """Within it, ``rl::launch_dependent`` launches plainly. A process that has loaded no fast-path module yet
-    has nothing to switch (and may have no compiler to build the binding with)."""
-    if fastcall.cache_info().currsize == 0:
-        yield
-        return
-    before = set_dependent_launch(False)
+    """Within it, ``rl::launch_dependent`` launches plainly. A binding first loaded inside it (a process that had
+    not built it yet, and may have no compiler to) starts plain, and takes the default when the block ends."""
+    global _plain_blocks
+    loaded = fastcall.cache_info().currsize > 0
+    before = set_dependent_launch(False) if loaded else None
+    _plain_blocks += 1
     try:
         yield
     finally:
-        set_dependent_launch(before)
-
-
-@dataclasses.dataclass(frozen=True)
-class Signature:
-    """A launcher's parameter kinds: t tensor, f float, i int, b bool."""
-
-    name: str
-    kinds: str
-
-
-_LOADED: dict[str, ModuleType] = {}
+        _plain_blocks -= 1
+        if before is not None:
+            set_dependent_launch(before)
+        elif fastcall.cache_info().currsize > 0:
+            set_dependent_launch(_default_setting())
 
 
 def load_module(so: Path, name: str) -> ModuleType:

@@ -238,7 +238,7 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... arg
 }
 
 // rl::launch as a programmatic dependent launch (see rl::wait_for_prior_grids, which `kernel` must call
-// first) while the binding has them turned on (binding.set_dependent_launch; off by default); a plain launch
+// first) while the binding has them turned on (binding.set_dependent_launch; on by default); a plain launch
 // otherwise, and below sm_90.
 template <typename... P, typename... A>
 void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
