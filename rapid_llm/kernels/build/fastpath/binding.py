@@ -106,6 +106,17 @@ def plain_launches() -> Iterator[None]:
             set_dependent_launch(_default_setting())
 
 
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """A launcher's parameter kinds: t tensor, f float, i int, b bool."""
+
+    name: str
+    kinds: str
+
+
+_LOADED: dict[str, ModuleType] = {}
+
+
 def load_module(so: Path, name: str) -> ModuleType:
     """A module object whose attributes are the launchers ``so`` exports; loaded once per process.
 
