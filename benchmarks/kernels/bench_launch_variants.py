@@ -11,14 +11,18 @@ Inputs and plain-torch references come from the peer benchmark kept beside the r
 bench_peers.py), set to the shapes of --model (MODELS); Liger-Kernel joins when it imports.
 
 Timing: rounds of every implementation once, each call after a 256 MiB memset (cold L2) between CUDA events,
-the GPU held busy while the host queues a round, the order rotated each round; median over rounds. Each
-implementation has its own copy of the inputs, and two implementations of one kernel can differ by a few
-percent for that alone (rotary_embedding's K and jit columns, one kernel, differ most).
+the GPU held busy while the host queues a round, in a fresh random order each round (seeded); median over rounds.
+In one cyclic order (rotated by one a round, as before) the implementation just before torch.compile measured
+0.5-7 % faster at T = 1024-4096 whatever its code; the control variant ``shipped_copy`` (the shipped source
+unchanged, built like every variant) is what showed it (benchmarks/results/logs/launch_variants_order_effect.log).
+There is one copy of the inputs per implementation, and the copies change hands each round (``--inputs rotate``,
+the default; ``--inputs fixed`` keeps one copy each, as before).
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import random
 import shutil
 import statistics
 import sys
@@ -33,6 +37,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.registry import spec as registry
 
 bp: Any = None  # the peer benchmark's module (main imports it from --peer-bench)
 #: --model: (hidden, intermediate, q heads, kv heads, head size)
@@ -50,6 +55,16 @@ ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, withi
     "rl::launch_dependent(rms_norm_row_kernel<T, 256, 2, kAdd, kStreamOut>, grid, dim3(256)":
         "rl::launch_dependent(rms_norm_row_kernel<T, 512, 1, kAdd, kStreamOut>, grid, dim3(512)",
 }
+
+
+#: The norms' row kernel with every load a plain ld.global (as Triton and Inductor load): rms_norm's x not
+#: __restrict__, the weight not __ldg, rather than through the read-only path (ld.global.nc).
+NORM_PLAIN_LD = {
+    "struct RowIn {\n  using type = const T* __restrict__;": "struct RowIn {\n  using type = const T*;",
+    "rms_norm_row_kernel(row_in<T, kAdd> x, const T* __restrict__ weight, T* __restrict__ dst, int x_stride,\n":
+        "rms_norm_row_kernel(row_in<T, kAdd> x, const T* weight, T* dst, int x_stride,\n",
+    "*reinterpret_cast<uint4*>(&wv[k]) = in ? __ldg(w_v + i) : make_uint4(0, 0, 0, 0);\n  }\n  rl::allow":
+        "*reinterpret_cast<uint4*>(&wv[k]) = in ? w_v[i] : make_uint4(0, 0, 0, 0);\n  }\n  rl::allow"}
 
 
 def norm_loop(threads: int) -> dict[str, str]:
@@ -110,6 +125,20 @@ RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 &&
 #: difference only where dependent launches are on (the default; RAPID_LLM_DEPENDENT_LAUNCH=0 turns them off).
 PLAIN_LAUNCH = ("plain_launch", {"rl::launch_dependent(": "rl::launch("})
 
+#: silu_and_mul's wave kernel launches: items for a 256-thread CTA on every SM, and fewer.
+WAVE_WIDE = "launch_wave_cta<T, kItemBytes, 256, 1>("
+WAVE_FEW = "launch_wave_cta<T, kItemBytes, 128, 1>("
+WAVE_ROWS_FASTEST = {
+    "const int j0 = static_cast<int>(blockIdx.x) * (kCta * kItems)":
+        "const int j0 = static_cast<int>(blockIdx.y) * (kCta * kItems)",
+    "const int64_t t = blockIdx.y;": "const int64_t t = blockIdx.x;",
+    "const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, kCta * kItems)), static_cast<unsigned>(tokens));":
+        "const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(rl::cdiv(row_items, kCta * kItems)));"}
+
+#: Every op's control: the shipped source unchanged, built and timed as a variant (an A/A comparison: how far a
+#: variant's slot alone moves its figure against the K and jit columns).
+CONTROL = ("shipped_copy", {})
+
 #: op -> [(label, {shipped text: replacement})]: each variant is the shipped source with these replacements.
 VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
     "silu_and_mul": [
@@ -120,9 +149,22 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # Inductor's cheaper division (changes the numerics: a measurement, never a row)
         ("fastdiv", {"return a / (1.0f + expf(-a)) * b;": "return __fdividef(a, 1.0f + expf(-a)) * b;"}),
         ("cta128", {"if (tokens * row_items >= int64_t{256} * rl::sm_count()) {": "if (false) {"}),
+        # the wave kernel at two items a thread (kCta apart) over half the CTAs: 256-thread CTAs, 128-thread
+        # ones (the Triton row's tile: 2048 elements a program), and at few items too (128-thread CTAs)
+        ("wave256x2", {WAVE_WIDE: WAVE_WIDE.replace("256, 1>", "256, 2>")}),
+        ("wave128x2", {WAVE_WIDE: WAVE_WIDE.replace("256, 1>", "128, 2>")}),
+        ("few128x2", {WAVE_FEW: WAVE_FEW.replace("128, 1>", "128, 2>")}),
+        # the wave kernel's CTAs numbered row-fastest (blockIdx.x the row), as the Triton row's grid is
+        ("rows_fastest", WAVE_ROWS_FASTEST),
+        ("rows_fastest_128x2", {**WAVE_ROWS_FASTEST, WAVE_WIDE: WAVE_WIDE.replace("256, 1>", "128, 2>")}),
+        # x loaded through the plain global path (ld.global, as Triton and Inductor load), not the read-only one
+        ("plain_ld", {"__launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict__ out,":
+                      "__launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* x, T* out,",
+                      "const Item* __restrict__ a_v": "const Item* a_v", "Item* __restrict__ out_v": "Item* out_v"}),
     ],
     "rms_norm": [
         PLAIN_LAUNCH,
+        ("plain_ld", NORM_PLAIN_LD),
         ("one_vec_one_wave", ROW_TWO),
         # rows of 1024 vectors and more (Llama-3-70B): the row kernel past one wave too
         ("row_every_t", {"const bool row_any_t = n_vec <= 512 || kAdd;": "const bool row_any_t = true;"}),
@@ -157,7 +199,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                        "out_v[i] = *reinterpret_cast<const uint4*>(&y);":
                        "__stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));"}),
     ],
-    "fused_add_rms_norm": [PLAIN_LAUNCH, ("one_vec_one_wave", ROW_TWO),
+    "fused_add_rms_norm": [PLAIN_LAUNCH,
+                           ("plain_ld", NORM_PLAIN_LD), ("one_vec_one_wave", ROW_TWO),
                            # at most a CTA per SM: the output stored plainly, as before the streaming store
                            ("plain_store", {"if (kAdd && rows <= rl::sm_count()) {": "if (false) {"})],
     "rotary_embedding": [
@@ -266,32 +309,41 @@ def liger_impl(op: str) -> tuple[Callable[[dict], None] | None, Callable[[dict],
     return prep, run
 
 
-def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: dict[str, dict],
-                     rounds: int) -> dict[str, list[float]]:
-    """Device microseconds of each implementation's call, ``rounds`` samples each (see the module docstring)."""
+def schedule(n: int, rounds: int, rotate: bool = True, seed: int = 0) -> list[list[tuple[int, int]]]:
+    """Per round, (implementation, input copy) in the order they run: a fresh random order each round (no
+    implementation keeps its neighbours); with ``rotate`` implementation i takes copy (i + round) % n, so every
+    copy serves every implementation, otherwise copy i always."""
+    rng = random.Random(seed)
+    return [[(i, (i + r) % n if rotate else i) for i in rng.sample(range(n), n)] for r in range(rounds)]
+
+
+def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: list[dict], rounds: int,
+                     rotate: bool = True) -> dict[str, list[float]]:
+    """Device microseconds of each implementation's call, ``rounds`` samples each (see the module docstring);
+    ``states`` holds one copy of the inputs per implementation, dealt out by :func:`schedule`."""
+    names = list(impls)
     flush = torch.empty(bp.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    for name, fn in impls.items():
-        for _ in range(3):
-            fn(states[name])
+    for i, name in enumerate(names):
+        for copy in range(3):
+            impls[name](states[(i + copy) % len(states)])
     torch.cuda.synchronize()
     host = {}
-    for name, fn in impls.items():
+    for i, name in enumerate(names):
         t = time.perf_counter()
-        fn(states[name])
+        impls[name](states[i])
         torch.cuda.synchronize()
         host[name] = (time.perf_counter() - t) * 1e6
     per_round = sum(host.values()) + 40 * len(impls)
     ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
           for n in impls}
-    names = list(impls)
-    for r in range(rounds):
+    for r, order in enumerate(schedule(len(names), rounds, rotate)):
         torch.cuda._sleep(int(per_round * 1.5 * 2000))
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
-        for name in order:
+        for i, copy in order:
+            name = names[i]
             flush.zero_()
             s, e = ev[name][r]
             s.record()
-            impls[name](states[name])
+            impls[name](states[copy])
             e.record()
     torch.cuda.synchronize()
     return {n: [s.elapsed_time(e) * 1e3 for s, e in ev[n]] for n in impls}
@@ -361,7 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128, 1024, 4096, 16384])
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--model", default="llama3-8b", choices=list(MODELS), help="the shapes (MODELS)")
-    p.add_argument("--only", nargs="*", default=None, help="variant labels to build (default: all; none: no variant)")
+    p.add_argument("--only", nargs="*", default=None,
+                   help="variant labels to build, and triton for the Triton row (default: all; none: no variant)")
+    p.add_argument("--inputs", choices=["rotate", "fixed"], default="rotate",
+                   help="rotate: the copies of the inputs change hands each round; fixed: one copy per implementation")
     p.add_argument("--work", default=None, help="where the variants' sources go (default: a temporary folder)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -383,7 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             impls["K"] = call_for(op, getattr(K, op))
             impls["jit"] = call_for(op, base)
-        for label, subs in VARIANTS[op]:
+        if f"triton/{op}" in registry.shipped_rows(op) and (a.only is None or "triton" in a.only):
+            impls["triton"] = call_for(op, registry.get_row(f"triton/{op}").load())
+        for label, subs in [*VARIANTS[op], CONTROL]:
             if a.only is not None and label not in a.only:
                 continue
             impls[label] = call_for(op, build_variant(op, label, subs, work))
@@ -398,12 +455,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             master = fp8_inputs(t) if op == "scaled_fp8_quant" else bp.make_inputs(op, t, "cuda")
             if t == a.tokens[0]:
                 print(f"T={t:5d}: {check_outputs(impls, preps, master)}", flush=True)
-            states = {}
-            for n in impls:
-                states[n] = bp._clone(master)
-                if preps.get(n):
-                    preps[n](states[n])
-            us = time_round_robin(impls, states, a.rounds)
+            states = []
+            for _ in impls:  # every implementation's preparation on every copy: any copy serves any of them
+                states.append(bp._clone(master))
+                for prep in preps.values():
+                    if prep:
+                        prep(states[-1])
+            us = time_round_robin(impls, states, a.rounds, rotate=a.inputs == "rotate")
             med = {n: statistics.median(v) for n, v in us.items()}
             peers = [med[n] for n in ("compile", "liger") if n in med] or [med["jit"]]
             best = min(peers)

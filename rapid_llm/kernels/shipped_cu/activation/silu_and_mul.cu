@@ -141,25 +141,42 @@ struct alignas(kItemBytes) Words {
   uint32_t w[kItemBytes / 4];
 };
 
-// Few tokens: one item per thread, a row per blockIdx.y, kCta items of it per CTA (see the file comment).
-// Items are kItemBytes wide: I and both row strides are multiples of the item, both pointers aligned to it.
-template <typename T, int kItemBytes, int kCta>
+// Few tokens: kItems items per thread (kCta apart), a row per blockIdx.y, kCta * kItems items of it per CTA
+// (see the file comment). Items are kItemBytes wide: I and both row strides are multiples of the item, both
+// pointers aligned to it. The launcher takes one item a thread: on an H200 two (the Triton row's tile, in
+// either grid order) measured 4-11 % slower at T = 128 (Llama-3.2-1B, -8B and -70B shapes), up to 8 % at
+// T = 16-1024, 2-3 % at T = 1; plain loads (ld.global, not the read-only path) measured level
+// (benchmarks/results/logs/launch_variants_silu_and_mul_items.log).
+template <typename T, int kItemBytes, int kCta, int kItems>
 __global__ void __launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict__ out,
                                                                  int64_t x_stride, int64_t out_stride,
                                                                  int row_items) {
   using Item = Words<kItemBytes>;
-  const int j = static_cast<int>(blockIdx.x) * kCta + static_cast<int>(threadIdx.x);
-  if (j >= row_items) return;
+  const int j0 = static_cast<int>(blockIdx.x) * (kCta * kItems) + static_cast<int>(threadIdx.x);
+  if (j0 >= row_items) return;
   const int64_t t = blockIdx.y;
   const Item* __restrict__ a_v = reinterpret_cast<const Item*>(x + t * x_stride);
+  Item* __restrict__ out_v = reinterpret_cast<Item*>(out + t * out_stride);
   rl::wait_for_prior_grids();
-  const Item a = a_v[j];
-  const Item b = a_v[j + row_items];
-  rl::allow_dependent_grids();
-  Item y;
+  Item a[kItems], b[kItems];
 #pragma unroll
-  for (int k = 0; k < kItemBytes / 4; ++k) y.w[k] = silu_mul_word<T>(a.w[k], b.w[k]);
-  reinterpret_cast<Item*>(out + t * out_stride)[j] = y;
+  for (int i = 0; i < kItems; ++i) {
+    const int j = j0 + i * kCta;
+    if (i == 0 || j < row_items) {
+      a[i] = a_v[j];
+      b[i] = a_v[j + row_items];
+    }
+  }
+  rl::allow_dependent_grids();
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int j = j0 + i * kCta;
+    if (i > 0 && j >= row_items) break;
+    Item y;
+#pragma unroll
+    for (int k = 0; k < kItemBytes / 4; ++k) y.w[k] = silu_mul_word<T>(a[i].w[k], b[i].w[k]);
+    out_v[j] = y;
+  }
 }
 
 // Any I and alignment: one element per item, the same tiling (consecutive threads, consecutive elements).
@@ -204,9 +221,17 @@ __global__ void silu_and_mul_vec_kernel(T* __restrict__ out, const T* __restrict
 template <typename T, int kPerThread>
 __global__ void silu_and_mul_scalar_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t tokens,
                                            int64_t inner, int64_t out_stride, int64_t x_stride);
-template <typename T, int kItemBytes, int kCta>
+template <typename T, int kItemBytes, int kCta, int kItems>
 __global__ void silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t x_stride,
                                          int64_t out_stride, int row_items);
+
+// One launch of silu_and_mul_wave_kernel: kCta threads of kItems items a CTA, a row per blockIdx.y.
+template <typename T, int kItemBytes, int kCta, int kItems>
+void launch_wave_cta(const T* x, T* out, int64_t x_stride, int64_t out_stride, int row_items, int64_t tokens) {
+  const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, kCta * kItems)), static_cast<unsigned>(tokens));
+  rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, kCta, kItems>, grid, dim3(kCta), 0, x, out,
+                       x_stride, out_stride, row_items);
+}
 
 // CTA width of silu_and_mul_wave_kernel: 256 threads once there are items for a full CTA on every SM, else
 // 128, so few items still spread over many SMs (the shapes Inductor's launch heuristics choose here: at
@@ -214,13 +239,9 @@ __global__ void silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict_
 template <typename T, int kItemBytes>
 void launch_wave(const T* x, T* out, int64_t x_stride, int64_t out_stride, int row_items, int64_t tokens) {
   if (tokens * row_items >= int64_t{256} * rl::sm_count()) {
-    const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 256)), static_cast<unsigned>(tokens));
-    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 256>, grid, dim3(256), 0, x, out, x_stride,
-                         out_stride, row_items);
+    launch_wave_cta<T, kItemBytes, 256, 1>(x, out, x_stride, out_stride, row_items, tokens);
   } else {
-    const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, 128)), static_cast<unsigned>(tokens));
-    rl::launch_dependent(silu_and_mul_wave_kernel<T, kItemBytes, 128>, grid, dim3(128), 0, x, out, x_stride,
-                         out_stride, row_items);
+    launch_wave_cta<T, kItemBytes, 128, 1>(x, out, x_stride, out_stride, row_items, tokens);
   }
 }
 
