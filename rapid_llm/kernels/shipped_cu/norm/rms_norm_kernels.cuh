@@ -49,6 +49,9 @@
 //    against 14.24 and 14.35 in two runs before), T = 529 level. Past that wave this form measured no faster
 //    than the vector path (512 threads of two vectors: 134.0 and 135.2 us at T = 16384 against 134.9 and
 //    134.2), and slower at 256 of four (139 us). benchmarks/results/logs/launch_variants_llama3-70b_rms_norm_*.
+//    Like the row path's figures above, these come from bench_launch_variants.py before its rounds took a random
+//    order: in its old fixed order one slot measured up to 7 % fast at T = 1024-4096 whatever its code
+//    (benchmarks/results/logs/launch_variants_order_effect.log), and neither choice was measured again since.
 //  - Generic path (any hidden, any alignment, rows too wide for registers): two passes
 //    over the row with scalar accesses; pass 2 reads the inputs again (from L2 for
 //    rows of ordinary width) and is the only one that writes, so the fp32 total it
