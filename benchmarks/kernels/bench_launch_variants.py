@@ -46,6 +46,7 @@ MODELS = {"llama3-8b": (4096, 14336, 32, 8, 128), "llama3.2-1b": (2048, 8192, 32
 SH = platform.SHIPPED_CU
 
 NORM_CUH = "norm/rms_norm_kernels.cuh"
+ROPE_DECODE_HEADS = "constexpr int kDecodeHeads = 1;"
 ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, within one wave (the shape before)
     "const unsigned row_threads = n_vec <= 256 ? 128 : n_vec <= 512 ? 256 : 512;":
         "const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;",
@@ -210,6 +211,17 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # the decode grid (q/k loads before the position test) at every T: a measurement only (no token loop)
         ("decode_every_t", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
                             "const bool one_head = true;"}),
+        # the decode kernel at two heads a thread (twice the q/k bytes in flight a thread, half the blocks), at
+        # the decode grid's present reach and at every T
+        ("decode_x2", {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;")}),
+        ("decode_x2_every_t", {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;"),
+                               "const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
+                               "const bool one_head = true;"}),
+        # the token-looping kernel past the decode grid: two heads' loads in flight a thread, at the present
+        # register bound (6 blocks an SM) and at 4
+        ("in_flight2", {"constexpr int kHeadsInFlight = 1;": "constexpr int kHeadsInFlight = 2;"}),
+        ("in_flight2_min4", {"constexpr int kHeadsInFlight = 1;": "constexpr int kHeadsInFlight = 2;",
+                             "constexpr int kMinBlocks = 6;": "constexpr int kMinBlocks = 4;"}),
     ],
     "scaled_fp8_quant": [
         ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":

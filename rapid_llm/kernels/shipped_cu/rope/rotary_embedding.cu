@@ -20,6 +20,7 @@
 constexpr int kVecBytes = 16;      // one 128-bit load or store
 constexpr int kHeadsInFlight = 1;  // heads a thread loads before it computes any (more costs registers, hence blocks)
 constexpr int kThreads = 256;      // threads per block, at most
+constexpr int kDecodeHeads = 1;   // heads a thread of the decode kernel rotates
 constexpr int kMinBlocks = 6;     // blocks per SM the register budget must allow (<= 42 registers): tokens in flight
 // How the kernel reads cos/sin: fp32 or the input dtype, element by element or in 16-byte runs.
 constexpr int kCacheF32 = 0, kCacheT = 1, kCacheVecF32 = 2, kCacheVecT = 3;
@@ -164,11 +165,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
   }
 }
 
-// Decode sizes: the grid is a block column per token and blockIdx.y a round of heads, so a thread rotates one
-// head. Its q/k loads go out before the position is tested: a branch on the position would hold them until it
-// arrives, and they do not depend on it, so they overlap the token's position -> cos/sin chain of two round
-// trips. No minimum of resident blocks: the registers keep cos/sin without spilling.
-template <typename T, bool kNeox, bool kVector>
+// Decode sizes: the grid is a block column per token and blockIdx.y a round of heads, so a thread rotates
+// kHeads heads (gridDim.y * blockDim.y apart). Its q/k loads go out before the position is tested: a branch on
+// the position would hold them until it arrives, and they do not depend on it, so they overlap the token's
+// position -> cos/sin chain of two round trips. No minimum of resident blocks: the registers keep cos/sin
+// without spilling. The launcher takes one head a thread: on an H200 (bf16, cold L2, random round-robin order with
+// an A/A control) two heads a thread measured 2-6 % slower at T = 1-128 at Llama-3.2-1B, -8B and -70B shapes, 3 and
+// 8 % slower at T = 1024 (-8B, -3.2-1B), within 1.1 % from T = 4096 up; as the only grid at every T it won 1.6 and
+// 2.5 % at two cells and lost up to 10 % at others; two heads' loads in flight a thread in the token-looping kernel
+// lost 2-71 % (benchmarks/results/logs/launch_variants_rotary_embedding_two_heads.log).
+template <typename T, bool kNeox, bool kVector, int kHeads>
 __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
     T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
@@ -178,21 +184,31 @@ __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
   constexpr int kN = kVector ? kVecBytes / static_cast<int>(sizeof(T)) : 1;
   const int runs = half / kN;
   const int heads = q_heads + k_heads;
-  const int h = blockIdx.y * blockDim.y + threadIdx.y;
+  const int h0 = blockIdx.y * blockDim.y + threadIdx.y;
+  const int h_step = gridDim.y * blockDim.y;
   const int64_t t = blockIdx.x;
-  if (h >= heads || t >= tokens) return;
+  if (h0 >= heads || t >= tokens) return;
   rl::wait_for_prior_grids();
   rl::allow_dependent_grids();
   const int64_t pos = positions_int64 ? static_cast<const int64_t*>(positions)[t * positions_stride]
                                       : static_cast<int64_t>(static_cast<const int32_t*>(positions)[t * positions_stride]);
-  const bool is_q = h < q_heads;
-  const int64_t es = kVector ? 1 : (is_q ? q_stride_e : k_stride_e);
-  T* p = is_q ? q + t * q_stride_t + h * q_stride_h : k + t * k_stride_t + static_cast<int64_t>(h - q_heads) * k_stride_h;
+  auto head = [&](int h) {  // the head's first element (q's heads, then k's)
+    return h < q_heads ? q + t * q_stride_t + h * q_stride_h
+                       : k + t * k_stride_t + static_cast<int64_t>(h - q_heads) * k_stride_h;
+  };
+  auto elem_stride = [&](int h) -> int64_t { return kVector ? 1 : (h < q_heads ? q_stride_e : k_stride_e); };
   for (int r = threadIdx.x; r < runs; r += blockDim.x) {
     const int first = kNeox ? r * kN : 2 * r * kN;  // as in the kernel above
     const int second = kNeox ? half + r * kN : 2 * r * kN + kN;
-    Run<T, kN> a = load_run<T, kN, kVector>(p + first * es, es);
-    Run<T, kN> b = load_run<T, kN, kVector>(p + second * es, es);
+    Run<T, kN> a[kHeads], b[kHeads];
+#pragma unroll
+    for (int u = 0; u < kHeads; ++u) {  // every head's loads before the position is used
+      const int h = h0 + u * h_step;
+      if (h < heads) {
+        a[u] = load_run<T, kN, kVector>(head(h) + first * elem_stride(h), elem_stride(h));
+        b[u] = load_run<T, kN, kVector>(head(h) + second * elem_stride(h), elem_stride(h));
+      }
+    }
     if (pos < 0 || pos >= max_pos) return;  // out of range: leave the token, never read outside the cache
     const int64_t cache_row = pos * cache_stride_p;
     float c[kN], s[kN];
@@ -200,9 +216,14 @@ __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
                           cache_stride_e, c);
     load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(half + r * kN) * cache_stride_e,
                           cache_stride_e, s);
-    rotate_run<T, kN, kNeox>(a, b, c, s);
-    store_run<T, kN, kVector>(p + first * es, es, a);
-    store_run<T, kN, kVector>(p + second * es, es, b);
+#pragma unroll
+    for (int u = 0; u < kHeads; ++u) {
+      const int h = h0 + u * h_step;
+      if (h >= heads) continue;
+      rotate_run<T, kN, kNeox>(a[u], b[u], c, s);
+      store_run<T, kN, kVector>(head(h) + first * elem_stride(h), elem_stride(h), a[u]);
+      store_run<T, kN, kVector>(head(h) + second * elem_stride(h), elem_stride(h), b[u]);
+    }
   }
 }
 #endif
@@ -219,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
     T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
     const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
     int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
-template <typename T, bool kNeox, bool kVector>
+template <typename T, bool kNeox, bool kVector, int kHeads>
 __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
     T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
@@ -311,7 +332,7 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     // second, which is faster from T = 4096 up (16384: 88.4 against 95.1 us).
     const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),
-                    one_head ? static_cast<unsigned>(rounds) : 1u);
+                    one_head ? static_cast<unsigned>(rl::cdiv(rounds, kDecodeHeads)) : 1u);
     auto go = [&](auto kernel) {
       rl::launch_dependent(kernel, grid, block, 0, positions.data_ptr(), pos64, positions.stride(0), q.data<T>(), qv.stride_t,
                  qv.stride_h, qv.stride_e, k.data<T>(), kv.stride_t, kv.stride_h, kv.stride_e, cos_sin_cache.data_ptr(),
@@ -320,7 +341,7 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     };
     auto pick = [&](auto neox, auto vector) {
       constexpr bool kNeox = decltype(neox)::value, kVector = decltype(vector)::value;
-      one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector>) : go(rotary_embedding_kernel<T, kNeox, kVector>);
+      one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector, kDecodeHeads>) : go(rotary_embedding_kernel<T, kNeox, kVector>);
     };
     using yes = std::true_type;
     using no = std::false_type;
