@@ -47,80 +47,9 @@ SH = platform.SHIPPED_CU
 
 NORM_CUH = "norm/rms_norm_kernels.cuh"
 ROPE_DECODE_HEADS = "constexpr int kDecodeHeads = 1;"
-SILU_WORDS = 'struct alignas(kItemBytes) Words {\n  uint32_t w[kItemBytes / 4];\n};\n'
+SILU_TWO_PASS_LINE = "    out_v[j] = silu_mul_item<T, kItemBytes / 4>(a[i], b[i]);"
 SILU_PER_WORD = ("    Item y;\n#pragma unroll\n    for (int k = 0; k < kItemBytes / 4; ++k) "
                  "y.w[k] = silu_mul_word<T>(a[i].w[k], b[i].w[k]);\n    out_v[j] = y;")
-#: silu_and_mul_wave_kernel in two passes over an item: every element's expf (and denominator) first, held by an
-#: empty asm so the compiler keeps them ahead, then every IEEE division. Element by element each division's range
-#: check and branch to its slow path ends a basic block, so the next expf waits on it (ncu on an H200 at
-#: Llama-3-8B T = 128: short-scoreboard stalls 1.26 per issue against the Triton row's 0.52).
-SILU_ITEM = """
-// The elements of one 32-bit word as fp32, and back (rounded to nearest even): one fp32 or two 16-bit values.
-template <typename T>
-struct WordLanes;
-template <>
-struct WordLanes<float> {
-  static constexpr int kN = 1;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) { f[0] = __uint_as_float(w); }
-  static __device__ __forceinline__ uint32_t pack(const float* f) { return __float_as_uint(f[0]); }
-};
-template <>
-struct WordLanes<__half> {
-  static constexpr int kN = 2;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
-    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w));
-    f[0] = v.x;
-    f[1] = v.y;
-  }
-  static __device__ __forceinline__ uint32_t pack(const float* f) {
-    const __half2 y = __floats2half2_rn(f[0], f[1]);
-    return *reinterpret_cast<const uint32_t*>(&y);
-  }
-};
-template <>
-struct WordLanes<__nv_bfloat16> {
-  static constexpr int kN = 2;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-    f[0] = v.x;
-    f[1] = v.y;
-  }
-  static __device__ __forceinline__ uint32_t pack(const float* f) {
-    const __nv_bfloat162 y = __floats2bfloat162_rn(f[0], f[1]);
-    return *reinterpret_cast<const uint32_t*>(&y);
-  }
-};
-
-// silu_mul_f32 over every element of an item, the same operations in two passes: every expf first, then every
-// division. Element by element, each IEEE division's range check (FCHK and a branch to its slow path) closed a
-// basic block, so the next element's expf could not start before it: one chain of about 20 dependent
-// instructions and two MUFU round trips per element (short-scoreboard stalls under ncu). In two passes the
-// expfs of the item overlap.
-template <typename T, int kWords>
-__device__ __forceinline__ Words<kWords * 4> silu_mul_item(const Words<kWords * 4>& a, const Words<kWords * 4>& b) {
-  using L = WordLanes<T>;
-  constexpr int kE = kWords * L::kN;
-  float fa[kE], fb[kE], d[kE];
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) {
-    L::unpack(a.w[k], fa + k * L::kN);
-    L::unpack(b.w[k], fb + k * L::kN);
-  }
-#pragma unroll
-  for (int i = 0; i < kE; ++i) {
-    d[i] = 1.0f + expf(-fa[i]);
-    asm volatile("" : "+f"(d[i]));  // every denominator now, before any division's branch (the compiler sank some)
-  }
-#pragma unroll
-  for (int i = 0; i < kE; ++i) fa[i] = fa[i] / d[i] * fb[i];
-  Words<kWords * 4> y;
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) y.w[k] = L::pack(fa + k * L::kN);
-  return y;
-}
-"""
-SILU_TWO_PASS = {SILU_WORDS: SILU_WORDS + SILU_ITEM,
-                 SILU_PER_WORD: "    out_v[j] = silu_mul_item<T, kItemBytes / 4>(a[i], b[i]);"}
 ROW_TWO = {  # the norms' row path: two vectors a thread (shipped) -> one, within one wave (the shape before)
     "const unsigned row_threads = n_vec <= 256 ? 128 : n_vec <= 512 ? 256 : 512;":
         "const unsigned row_threads = n_vec <= 128 ? 128 : n_vec <= 256 ? 256 : 512;",
@@ -233,8 +162,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("rows_fastest", WAVE_ROWS_FASTEST),
         ("rows_fastest_128x2", {**WAVE_ROWS_FASTEST, WAVE_WIDE: WAVE_WIDE.replace("256, 1>", "128, 2>")}),
         # x loaded through the plain global path (ld.global, as Triton and Inductor load), not the read-only one
-        # the wave kernel computing an item in two passes (every expf, then every division), the same operations
-        ("two_pass", SILU_TWO_PASS),
+        # the wave kernel element by element (each expf waiting on the division before it), as before its two passes
+        ("per_word", {SILU_TWO_PASS_LINE: SILU_PER_WORD}),
         ("plain_ld", {"__launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* __restrict__ x, T* __restrict__ out,":
                       "__launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* x, T* out,",
                       "const Item* __restrict__ a_v": "const Item* a_v", "Item* __restrict__ out_v": "Item* out_v"}),

@@ -41,7 +41,14 @@
 // lowers to an approximate division (ncu, T = 16: 258 K instructions against this kernel's 290 K), and
 // this kernel with __fdividef measured level with it (4.38 against 4.37 us at T = 1, 7.52 against 8.06
 // for the IEEE division at T = 128). This row keeps the IEEE division, so it stays bit for bit the
-// native row.
+// native row. Its wave kernel computes an item in two passes (silu_mul_item: every expf, then every
+// division), after ncu on the Triton row's lead at T = 128 (Llama-3-8B: 5.34 against 6.11 us, the same
+// instruction count, short-scoreboard stalls 0.52 against 1.26 per issue): element by element each division's
+// range check and branch ends a basic block, so the next expf waited on it. In two passes, bitwise the same
+// output, it measured 1-3 % faster at T = 128 (Llama-3.2-1B, -8B, -70B shapes against the element-by-element
+// build and an unchanged copy in one process) and level elsewhere; the Triton row stayed ahead at -8B T = 128
+// (8.00 against 8.11 us)
+// (benchmarks/results/logs/profile_vs_compile_silu_and_mul_nvidia_h200.log, launch_variants_silu_and_mul_two_pass.log).
 #include "common/rapid_llm.cuh"
 
 constexpr int kVecBytes = 16;         // one 128-bit load or store
@@ -141,6 +148,70 @@ struct alignas(kItemBytes) Words {
   uint32_t w[kItemBytes / 4];
 };
 
+// The elements of one 32-bit word as fp32, and back (rounded to nearest even): one fp32 or two 16-bit values.
+template <typename T>
+struct WordLanes;
+template <>
+struct WordLanes<float> {
+  static constexpr int kN = 1;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) { f[0] = __uint_as_float(w); }
+  static __device__ __forceinline__ uint32_t pack(const float* f) { return __float_as_uint(f[0]); }
+};
+template <>
+struct WordLanes<__half> {
+  static constexpr int kN = 2;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w));
+    f[0] = v.x;
+    f[1] = v.y;
+  }
+  static __device__ __forceinline__ uint32_t pack(const float* f) {
+    const __half2 y = __floats2half2_rn(f[0], f[1]);
+    return *reinterpret_cast<const uint32_t*>(&y);
+  }
+};
+template <>
+struct WordLanes<__nv_bfloat16> {
+  static constexpr int kN = 2;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+    f[0] = v.x;
+    f[1] = v.y;
+  }
+  static __device__ __forceinline__ uint32_t pack(const float* f) {
+    const __nv_bfloat162 y = __floats2bfloat162_rn(f[0], f[1]);
+    return *reinterpret_cast<const uint32_t*>(&y);
+  }
+};
+
+// silu_mul_f32 over every element of an item, the same operations in two passes: every expf first, then every
+// division. Element by element, each IEEE division's range check (FCHK and a branch to its slow path) closed a
+// basic block, so the next element's expf could not start before it: one chain of about 20 dependent
+// instructions and two MUFU round trips per element (short-scoreboard stalls under ncu). In two passes the
+// expfs of the item overlap.
+template <typename T, int kWords>
+__device__ __forceinline__ Words<kWords * 4> silu_mul_item(const Words<kWords * 4>& a, const Words<kWords * 4>& b) {
+  using L = WordLanes<T>;
+  constexpr int kE = kWords * L::kN;
+  float fa[kE], fb[kE], d[kE];
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) {
+    L::unpack(a.w[k], fa + k * L::kN);
+    L::unpack(b.w[k], fb + k * L::kN);
+  }
+#pragma unroll
+  for (int i = 0; i < kE; ++i) {
+    d[i] = 1.0f + expf(-fa[i]);
+    asm volatile("" : "+f"(d[i]));  // every denominator now, before any division's branch (the compiler sank some)
+  }
+#pragma unroll
+  for (int i = 0; i < kE; ++i) fa[i] = fa[i] / d[i] * fb[i];
+  Words<kWords * 4> y;
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) y.w[k] = L::pack(fa + k * L::kN);
+  return y;
+}
+
 // Few tokens: kItems items per thread (kCta apart), a row per blockIdx.y, kCta * kItems items of it per CTA
 // (see the file comment). Items are kItemBytes wide: I and both row strides are multiples of the item, both
 // pointers aligned to it. The launcher takes one item a thread: on an H200 two (the Triton row's tile, in
@@ -172,10 +243,7 @@ __global__ void __launch_bounds__(kCta) silu_and_mul_wave_kernel(const T* __rest
   for (int i = 0; i < kItems; ++i) {
     const int j = j0 + i * kCta;
     if (i > 0 && j >= row_items) break;
-    Item y;
-#pragma unroll
-    for (int k = 0; k < kItemBytes / 4; ++k) y.w[k] = silu_mul_word<T>(a[i].w[k], b[i].w[k]);
-    out_v[j] = y;
+    out_v[j] = silu_mul_item<T, kItemBytes / 4>(a[i], b[i]);
   }
 }
 
