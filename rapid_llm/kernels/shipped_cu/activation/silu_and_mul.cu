@@ -41,14 +41,9 @@
 // lowers to an approximate division (ncu, T = 16: 258 K instructions against this kernel's 290 K), and
 // this kernel with __fdividef measured level with it (4.38 against 4.37 us at T = 1, 7.52 against 8.06
 // for the IEEE division at T = 128). This row keeps the IEEE division, so it stays bit for bit the
-// native row. Its wave kernel computes an item in two passes (silu_mul_item: every expf, then every
-// division), after ncu on the Triton row's lead at T = 128 (Llama-3-8B: 5.34 against 6.11 us, the same
-// instruction count, short-scoreboard stalls 0.52 against 1.26 per issue): element by element each division's
-// range check and branch ends a basic block, so the next expf waited on it. In two passes, bitwise the same
-// output, it measured 1-3 % faster at T = 128 (Llama-3.2-1B, -8B, -70B shapes against the element-by-element
-// build and an unchanged copy in one process) and level elsewhere; the Triton row stayed ahead at -8B T = 128
-// (8.00 against 8.11 us)
-// (benchmarks/results/logs/profile_vs_compile_silu_and_mul_nvidia_h200.log, launch_variants_silu_and_mul_two_pass.log).
+// native row. The wave kernel computes an item in two passes (silu_mul_item says why): bitwise the same,
+// on an H200 1-3 % faster at T = 128 (Llama-3.2-1B, -8B, -70B shapes) and level elsewhere; the Triton row
+// stayed ahead at -8B T = 128 (8.00 against 8.11 us; benchmarks/results/logs/launch_variants_silu_and_mul_two_pass.log).
 #include "common/rapid_llm.cuh"
 
 constexpr int kVecBytes = 16;         // one 128-bit load or store
@@ -187,8 +182,9 @@ struct WordLanes<__nv_bfloat16> {
 // silu_mul_f32 over every element of an item, the same operations in two passes: every expf first, then every
 // division. Element by element, each IEEE division's range check (FCHK and a branch to its slow path) closed a
 // basic block, so the next element's expf could not start before it: one chain of about 20 dependent
-// instructions and two MUFU round trips per element (short-scoreboard stalls under ncu). In two passes the
-// expfs of the item overlap.
+// instructions and two MUFU round trips per element. ncu on an H200 (Llama-3-8B T = 128) had this kernel at 6.11 us
+// against the Triton row's 5.34 with the same instruction count and 1.26 short-scoreboard stalls per issue against
+// 0.52 (benchmarks/results/logs/profile_vs_compile_silu_and_mul_nvidia_h200.log). In two passes the expfs overlap.
 template <typename T, int kWords>
 __device__ __forceinline__ Words<kWords * 4> silu_mul_item(const Words<kWords * 4>& a, const Words<kWords * 4>& b) {
   using L = WordLanes<T>;
