@@ -175,3 +175,43 @@ def test_launch_variants_schedule_changes_order_and_deals_every_copy(rotate):
     copies = {i: {c for order in plan for j, c in order if j == i} for i in range(n)}
     assert copies == ({i: set(range(n)) for i in range(n)} if rotate else {i: {i} for i in range(n)})
     assert script.schedule(n, rounds, rotate) == plan  # seeded: a rerun times the same plan
+
+
+def _peer_run(model: str | None, dispatch_us: float) -> dict:
+    """A bench_peers.json of one op at two T (dispatch at T = 1024 always ahead): dispatch, its row alone, two
+    peers (FlashInfer missing) and the copy."""
+    figures = {"copy_us": 4.0, "dispatched": "jit/rms_norm", "rapid_llm": [dispatch_us, 0.0],
+               "rapid_llm:jit": [dispatch_us * 1.02, 0.0], "liger": [5.0, 0.0], "torch.compile": [4.8, 0.0],
+               "liger+prep": [1.0, 0.0]}
+    return {"args": {"model": model} if model else {},
+            "summary": {"rms_norm": {"1024": dict(figures, copy_us=8.0, rapid_llm=[4.0, 0.0]), "1": figures}}}
+
+
+def test_peer_cells_judge_each_cell_against_the_best_peer_and_a_copy(tmp_path, capsys):
+    """A cell is met within 1 % of the best of FlashInfer, Liger and torch.compile (never liger+prep); at decode T
+    dispatch is also judged against the copy; the same row timed alone gives the run's spread; runs of one model
+    are counted per cell."""
+    script = _load("peer_cells")
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(__import__("json").dumps(_peer_run(None, 4.84)))
+    second.write_text(__import__("json").dumps(_peer_run("llama3-8b", 4.90)))
+    assert script.main([str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines()]
+    first_t1 = next(line for line in lines if line[:2] == ["rms_norm", "1"])
+    assert first_t1[3:7] == ["torch.compile", "4.80", "1.008", "yes"]
+    assert first_t1[7:] == ["2.0", "%", "1.210", "no"]  # 4.84 / 4.0 of the copy: past 10 %
+    assert "cells where dispatch is within 1 % of the best peer: 2 of 2" in out
+    assert "cells where dispatch is within 1 % of the best peer: 1 of 2" in out  # 4.90 / 4.80 misses
+    assert "== llama3-8b: runs in which each cell was met, of 2" in out
+    assert any(line == ["rms_norm", "1", "1", "of", "2"] for line in lines)
+    assert any(line == ["rms_norm", "1024", "2", "of", "2"] for line in lines)
+    assert script.main([str(first), "--copy-within", "0.25"]) == 0
+    assert "1.210 yes" in capsys.readouterr().out
+
+
+def test_peer_cells_name_a_file_that_is_no_peer_benchmark(tmp_path, capsys):
+    script = _load("peer_cells")
+    (tmp_path / "other.json").write_text("{}")
+    assert script.main([str(tmp_path / "other.json")]) == 2
+    assert "no 'summary'" in capsys.readouterr().err
