@@ -257,6 +257,14 @@ NORM_ALIGNED16 = "inline bool aligned16(const void* p)"
 NORM_DECODE_STORE = "    if (kAdd && rows <= rl::sm_count()) {"
 
 
+def row_occupancy(blocks: str) -> dict[str, str]:
+    """The norms' row kernel held to the registers that ``blocks`` CTAs an SM need (``__launch_bounds__``' second
+    argument, an expression of kThreads and kVecs): ncu put Inductor's rms_norm kernel at T = 1024 (Llama-3-8B)
+    at full occupancy (22 registers) where the row kernel's 36 registers allow 75 %."""
+    return {f"__launch_bounds__(kThreads)\n    rms_norm_row_kernel(row_in<T, kAdd> x,":
+            f"__launch_bounds__(kThreads, {blocks})\n    rms_norm_row_kernel(row_in<T, kAdd> x,"}
+
+
 #: The shipped launch of rms_norm_reload_kernel (rms_norm rows of 513-1024 vectors, one wave of 256-thread CTAs).
 RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {\n"
 
@@ -342,6 +350,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                        "__stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));"}),
         # few rows, a row split across a thread block cluster of 2, 4 or 8 CTAs
         ("cluster2", norm_cluster(2)), ("cluster4", norm_cluster(4)), ("cluster8", norm_cluster(8)),
+        # the row kernel at two vectors a thread held to 32 registers: 2048 threads an SM (full occupancy)
+        ("row_full_occupancy", row_occupancy("kVecs <= 2 ? 2048 / kThreads : 1")),
     ],
     "fused_add_rms_norm": [PLAIN_LAUNCH,
                            ("plain_ld", NORM_PLAIN_LD), ("one_vec_one_wave", ROW_TWO),

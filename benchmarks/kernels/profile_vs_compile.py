@@ -9,7 +9,10 @@ how the grid covers the rows. Figures of the bench harness say which is faster; 
 call runs inside the profiled range (torch.cuda.profiler start/stop) and an NVTX range named
 ``<op> T=<T> <implementation>``, after warm-up calls outside it, so ncu sees exactly one launch of each.
 --print-code prints the Triton source Inductor generated for the op (its launch configuration included).
---hidden sets the norms' hidden size (another model's). ``--summarize CSV`` turns ncu's export of the report
+--hidden sets the norms' hidden size (another model's). ``--compile-dynamic auto`` compiles once with torch's
+default (``dynamic=None``), as the peer benchmark does: called at the --tokens in order, the kernel from the second
+T on is Inductor's dynamic-shape one, which is what that benchmark times there (the default, ``false``, compiles
+a kernel for each T). ``--summarize CSV`` turns ncu's export of the report
 (``ncu --import OUT.ncu-rep --page details --csv``) into one line of key metrics per kernel.
 
 ncu locks the SM clock at base by default (about 1.48 GHz on an H200, where the timed benchmarks run at up to
@@ -36,14 +39,15 @@ def _native(op: str):
     return spec.native_row(op).load()
 
 
-def implementations(op: str, rows: Sequence[str]) -> dict[str, object]:
-    """label -> callable: the dispatched op, each named row, and torch.compile of the native row."""
+def implementations(op: str, rows: Sequence[str], dynamic: bool | None = False) -> dict[str, object]:
+    """label -> callable: the dispatched op, each named row, and torch.compile of the native row (``dynamic``:
+    torch.compile's argument)."""
     found = {f"K.{op}": getattr(K, op)}
     for name in rows:
         row = spec.get_row(name)
         if row.op == op:
             found[name] = row.load()
-    found["torch.compile"] = torch.compile(_native(op), dynamic=False)
+    found["torch.compile"] = torch.compile(_native(op), dynamic=dynamic)
     return found
 
 
@@ -89,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rows", nargs="*", default=[], help="rows to profile beside the dispatched op (any op's)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--print-code", action="store_true", help="print the Triton source Inductor generated")
+    p.add_argument("--compile-dynamic", choices=["false", "auto"], default="false",
+                   help="false: a kernel per T; auto: torch's default, dynamic from the second T (the peer benchmark)")
     p.add_argument("--hidden", type=int, default=None,
                    help="the norms' hidden size (default: the bench case's), e.g. 2048 or 8192")
     p.add_argument("--summarize", metavar="CSV", default=None,
@@ -108,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = platform.torch_dtype(args.dtype)
     for op in args.ops:
         per_token = spec.get_decl(op).token_numel
-        impls = implementations(op, args.rows)
+        impls = implementations(op, args.rows, dynamic=False if args.compile_dynamic == "false" else None)
         for t in args.tokens:
             if args.hidden is None:
                 case = make_args(op, t * per_token, dtype, device)

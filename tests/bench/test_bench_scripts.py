@@ -96,6 +96,17 @@ def test_profile_vs_compile_lists_the_op_its_rows_and_compile_and_needs_a_gpu(ca
         assert "needs a CUDA device" in capsys.readouterr().out
 
 
+def test_profile_vs_compile_compiles_per_t_or_once_as_the_peer_benchmark_does(monkeypatch):
+    """--compile-dynamic auto passes torch's default (dynamic from the second T), the default a kernel per T."""
+    torch = __import__("torch")
+    script = _load("profile_vs_compile")
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=False: seen.append(dynamic) or fn)
+    script.implementations("rms_norm", [])
+    script.implementations("rms_norm", [], dynamic=None)
+    assert seen == [False, None]
+
+
 def test_launch_variants_still_apply_to_the_shipped_sources():
     """Each variant's replacements find their text in today's source (a stale table fails here, not on a GPU)."""
     script = _load("bench_launch_variants")
