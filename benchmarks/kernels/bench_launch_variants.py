@@ -122,8 +122,8 @@ def norm_reload(threads: int, vecs: int) -> dict[str, str]:
 
 
 def norm_cluster(cluster: int) -> dict[str, str]:
-    """Few rows (``cluster`` CTAs a row within one CTA an SM) split across a thread block cluster of ``cluster``
-    CTAs (sm_90): each CTA loads its share of the row (x, the residual and the weight) and the CTAs' sums of
+    """At few rows (rows x ``cluster`` CTAs no more than one CTA an SM), each row split across a thread block
+    cluster of ``cluster`` CTAs (sm_90): each CTA loads its share of the row (x, the residual and the weight) and the CTAs' sums of
     squares meet through distributed shared memory, so a decode step's row is read by ``cluster`` SMs, not one.
     The sum of squares adds in another order than the row kernel's (per CTA, then the CTAs in rank order)."""
     kernel = """// Few rows, each split across a cluster of kCluster CTAs (a variant; sm_90 thread block clusters).
