@@ -226,3 +226,18 @@ def test_peer_cells_name_a_file_that_is_no_peer_benchmark(tmp_path, capsys):
     (tmp_path / "other.json").write_text("{}")
     assert script.main([str(tmp_path / "other.json")]) == 2
     assert "no 'summary'" in capsys.readouterr().err
+
+
+def test_compile_forms_gives_each_compile_a_code_object_of_its_own_and_needs_a_gpu(capsys):
+    """Each torch.compile of the same plain torch gets its own code object (its own compile cache), computing the
+    same; without CUDA the script says it needs a device."""
+    script = _load("bench_compile_forms")
+
+    def plain(x, scale=2):
+        return x * scale
+
+    copy = script._fresh(plain)
+    assert copy.__code__ is not plain.__code__ and copy(3) == plain(3) == 6
+    if not __import__("torch").cuda.is_available():
+        assert script.main(["--peer-bench", "."]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().out
