@@ -10,9 +10,11 @@ measured against (the shape before it, and Inductor's cheaper division for silu_
 Inputs and plain-torch references come from the peer benchmark kept beside the repository (PEER_DIR holds its
 bench_peers.py), set to the shapes of --model (MODELS); Liger-Kernel joins when it imports.
 
-Timing: rounds of every implementation once, each call after a 256 MiB memset (cold L2) between CUDA events,
-the GPU held busy while the host queues a round, in a fresh random order each round (seeded); median over rounds.
-In one cyclic order (rotated by one a round, as before) the implementation just before torch.compile measured
+Timing: rounds of every implementation once, each call after a flush of L2 between CUDA events, the GPU held
+busy while the host queues a round, in a fresh random order each round (seeded); median over rounds. The flush
+is l2_flush.FullFlush (an evict_last read of four times L2, then a 256 MiB memset); ``--flush plain`` is the
+memset alone, which leaves in L2 what torch.compile's reductions loaded with evict_last. In one cyclic order
+(rotated by one a round, as before) and that plain flush, the implementation just before torch.compile measured
 0.5-7 % faster at T = 1024-4096 whatever its code; the control variant ``shipped_copy`` (the shipped source
 unchanged, built like every variant) is what showed it (benchmarks/results/logs/launch_variants_order_effect.log).
 There is one copy of the inputs per implementation, and the copies change hands each round (``--inputs rotate``,
@@ -38,6 +40,9 @@ import rapid_llm.kernels as K
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.build.jit_row import JitRow
 from rapid_llm.kernels.registry import spec as registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import l2_flush  # noqa: E402
 
 bp: Any = None  # the peer benchmark's module (main imports it from --peer-bench)
 #: --model: (hidden, intermediate, q heads, kv heads, head size)
@@ -484,11 +489,13 @@ def schedule(n: int, rounds: int, rotate: bool = True, seed: int = 0) -> list[li
 
 
 def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: list[dict], rounds: int,
-                     rotate: bool = True) -> dict[str, list[float]]:
+                     rotate: bool = True, full_flush: bool = True) -> dict[str, list[float]]:
     """Device microseconds of each implementation's call, ``rounds`` samples each (see the module docstring);
     ``states`` holds one copy of the inputs per implementation, dealt out by :func:`schedule`."""
     names = list(impls)
-    flush = torch.empty(bp.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush: Any = torch.empty(bp.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    if full_flush:
+        flush = l2_flush.FullFlush(flush)
     for i, name in enumerate(names):
         for copy in range(3):
             impls[name](states[(i + copy) % len(states)])
@@ -499,7 +506,7 @@ def time_round_robin(impls: dict[str, Callable[[dict], Any]], states: list[dict]
         impls[name](states[i])
         torch.cuda.synchronize()
         host[name] = (time.perf_counter() - t) * 1e6
-    per_round = sum(host.values()) + 40 * len(impls)
+    per_round = sum(host.values()) + (40 + (l2_flush.SWEEP_HOST_US if full_flush else 0)) * len(impls)
     ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
           for n in impls}
     for r, order in enumerate(schedule(len(names), rounds, rotate)):
@@ -583,6 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="variant labels to build, and triton for the Triton row (default: all; none: no variant)")
     p.add_argument("--inputs", choices=["rotate", "fixed"], default="rotate",
                    help="rotate: the copies of the inputs change hands each round; fixed: one copy per implementation")
+    p.add_argument("--flush", choices=["full", "plain"], default="full",
+                   help="full: an evict_last sweep before the memset (l2_flush); plain: the memset alone, as before")
     p.add_argument("--work", default=None, help="where the variants' sources go (default: a temporary folder)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -626,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for prep in preps.values():
                     if prep:
                         prep(states[-1])
-            us = time_round_robin(impls, states, a.rounds, rotate=a.inputs == "rotate")
+            us = time_round_robin(impls, states, a.rounds, rotate=a.inputs == "rotate", full_flush=a.flush == "full")
             med = {n: statistics.median(v) for n, v in us.items()}
             peers = [med[n] for n in ("compile", "liger") if n in med] or [med["jit"]]
             best = min(peers)

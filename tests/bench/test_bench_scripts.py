@@ -241,3 +241,47 @@ def test_compile_forms_gives_each_compile_a_code_object_of_its_own_and_needs_a_g
     if not __import__("torch").cuda.is_available():
         assert script.main(["--peer-bench", "."]) == 2
         assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def test_full_flush_refuses_a_sweep_within_l2():
+    """A sweep no larger than L2 would leave older evict_last lines in it: refused before any device is touched."""
+    sys.path.insert(0, str(BENCHMARKS / "kernels"))
+    import l2_flush
+
+    with pytest.raises(ValueError, match="must exceed L2"):
+        l2_flush.FullFlush(object(), sweep_l2=1.0)
+
+
+_FAKE_PEER = """
+HIDDEN, INTER, Q_HEADS, KV_HEADS, HEAD = 4096, 14336, 32, 8, 128
+MAX_POS = 16
+SEEN = {}
+def rope_cache(device, max_pos=MAX_POS, rot=HEAD):
+    return (max_pos, rot)
+class GpuTimer:
+    def _hold(self, us):
+        SEEN["hold"] = us
+def main(argv):
+    SEEN["argv"], SEEN["timer"], SEEN["hidden"] = list(argv), GpuTimer, HIDDEN
+    return 0
+"""
+
+
+@pytest.mark.parametrize("own_model_flag", [False, True])
+def test_peer_full_flush_runs_the_peer_benchmark_with_its_timer_swapped(tmp_path, capsys, own_model_flag):
+    """The benchmark's own main runs with every other argument, at the model's shapes (and its own --model where
+    the copy has one), with a timer that holds the GPU longer for the sweeps; --check needs a GPU."""
+    (tmp_path / "bench_peers.py").write_text(_FAKE_PEER + ("MODELS = {}\n" if own_model_flag else ""))
+    script = _load("peer_full_flush")
+    assert script.main(["--peer-bench", str(tmp_path), "--model", "llama3.2-1b", "--json", "out.json"]) == 0
+    peer = sys.modules["bench_peers"]
+    seen = peer.SEEN
+    assert seen["argv"] == ["--json", "out.json"] + (["--model", "llama3.2-1b"] if own_model_flag else [])
+    assert seen["hidden"] == 2048
+    timer = seen["timer"]
+    assert timer.__name__ == "FullFlushTimer" and issubclass(timer, timer.__mro__[1])
+    timer.__new__(timer)._hold(100.0)
+    assert seen["hold"] == pytest.approx(100.0 + 10 * 1.5 * script.l2_flush.SWEEP_HOST_US)
+    if not __import__("torch").cuda.is_available():
+        assert script.main(["--peer-bench", str(tmp_path), "--check"]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().out
