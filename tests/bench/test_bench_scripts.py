@@ -285,3 +285,10 @@ def test_peer_full_flush_runs_the_peer_benchmark_with_its_timer_swapped(tmp_path
     if not __import__("torch").cuda.is_available():
         assert script.main(["--peer-bench", str(tmp_path), "--check"]) == 2
         assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def test_harness_evict_last_needs_a_gpu(capsys):
+    script = _load("bench_harness_evict_last")
+    if not __import__("torch").cuda.is_available():
+        assert script.main([]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().out
