@@ -5,8 +5,8 @@ harness's) leaves in L2 data that a kernel loaded with the ``evict_last`` policy
 it: Inductor's rms_norm kernel loads x and the weight that way, and on an H200 at Llama-3-8B T = 1024 our row,
 timed on the same x after one call of that kernel, measured 8.48 us against 9.12 without it; torch.compile's
 own figure was 8.56 us under that flush and 10.13 when the flush first read four times L2 with ``evict_last``
-(benchmarks/results/logs/peer_full_flush_check_nvidia_h200.log). That read's own lines, the newest of the
-priority, push the older ones out. :class:`FullFlush` runs it before the zeroing it stands in for, so every
+(benchmarks/results/logs/peer_full_flush_check_nvidia_h200.log). That read evicted them (its own lines, the
+newest of that priority, take their place: what was measured, not a documented rule). :class:`FullFlush` runs it before the zeroing it stands in for, so every
 timed call starts with none of its data in L2, whatever policy it loaded it with.
 """
 from __future__ import annotations
