@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rapid_llm.kernels.build.fastpath import binding
 from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 
@@ -36,7 +37,7 @@ def test_the_wheel_carries_the_shipped_figures_and_sources(wheel):
     for path in platform.SHIPPED_CU.rglob("*"):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
             assert f"rapid_llm/kernels/shipped_cu/{path.relative_to(platform.SHIPPED_CU).as_posix()}" in names
-    assert {"rapid_llm/kernels/build/fastpath/fastcall.c", "rapid_llm/kernels/build/fastpath/fastcall_dispatch.inc"} <= names
+    assert {f"rapid_llm/kernels/build/fastpath/{path.name}" for path in binding.SOURCES} <= names
 
 
 def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_directory(wheel, tmp_path):

@@ -5,8 +5,11 @@
 Every arm runs the same row on the same tensors (the op's bench case, without ``out=``):
 
 * ``K.<op>``: the eager path callers use (the dispatcher: one lookup, then the row);
-* ``torch.ops.rapid_llm.<op>.default``: the custom op (torch.library.Library define/impl), what a compiled
-  graph calls; the packet ``torch.ops.rapid_llm.<op>`` adds its own Python ``__call__``;
+* ``torch.ops.rapid_llm.<op>.default``: the custom op, what a compiled graph calls; on CUDA its C kernel
+  (rapid_llm.kernels.dispatch.c_kernels) once the first call has taught it; the packet
+  ``torch.ops.rapid_llm.<op>`` adds its own Python ``__call__``;
+* the op's Python kernel through torch.ops (``torch.ops.rapid_llm._<op>_python``, what the C kernel falls back
+  to, and what every call paid before the C kernel), where the op has a C kernel;
 * the same dispatcher registered through ``torch.library.custom_op`` (a scratch namespace): the other
   registration path, measured to show why rapid_llm does not use it;
 * the chosen row called directly, and ``torch.compiler.is_dynamo_compiling()`` alone (what the portable
@@ -39,7 +42,7 @@ import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench_host
-from rapid_llm.kernels.dispatch import custom_ops, dispatcher as dispatch
+from rapid_llm.kernels.dispatch import c_kernels, custom_ops, dispatcher as dispatch
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry.opdecl import get_decl
 
@@ -95,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"K.{args.op}": op,
         f"torch.ops.rapid_llm.{args.op}.default": packet.default,
         f"torch.ops.rapid_llm.{args.op}": packet,
+        **({"the Python kernel through torch.ops": getattr(torch.ops.rapid_llm, c_kernels.python_op_name(args.op)).default}
+           if not c_kernels.why_not(args.op) else {}),
         "torch.library.custom_op": _custom_op_arm(args.op, op),
         f"row {row.name} direct": row.call_path(),
         "is_dynamo_compiling()": lambda *a: torch.compiler.is_dynamo_compiling(),
@@ -109,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = statistics.median(runs[f"K.{args.op}"])
     print(f"{args.op}, bench case at numel {args.numel} {args.dtype} on {platform.device_label(device)}; "
           f"chosen row {row.name}")
+    why = c_kernels.why_not(args.op)
+    print(f"  C kernel: {'learned ' + repr(c_kernels.learned(args.op)) if not why else 'none, ' + why}")
     for label, values in runs.items():
         us = statistics.median(values)
         extra = statistics.median(v - b for v, b in zip(values, runs[f"K.{args.op}"]))

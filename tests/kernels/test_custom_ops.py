@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels.dispatch import custom_ops
+from rapid_llm.kernels.dispatch import c_kernels, custom_ops, dispatcher as dispatch
 from rapid_llm.kernels.verification import golden
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
@@ -119,6 +119,103 @@ def test_the_custom_op_dispatches_like_k_op_and_the_out_overload_writes_out():
     torch.ops.rapid_llm.fused_add_rms_norm(a, r, w, 1e-6)
     K.fused_add_rms_norm(b, s, w, 1e-6)
     assert torch.equal(a, b) and torch.equal(r, s)
+
+
+# ------------------------------------------------------------------ the C kernel
+
+
+@pytest.fixture
+def c_kernel_on_cpu(monkeypatch):
+    """Ops declared within get their C kernel on CPU, where CI runs: all of it but a launcher's call."""
+    monkeypatch.setattr(c_kernels, "KEYS", ("CPU",))
+
+
+def test_a_c_kernel_serves_through_its_python_kernel_and_raises_its_words(call_impl, c_kernel_on_cpu):
+    name = _fresh("t_ck")
+
+    def native(x, alpha):
+        if alpha < 0:
+            raise ValueError(f"{name}(): alpha must be >= 0, got {alpha}")
+        return x * alpha
+
+    declare_op(name, native=native, reference=_ref(), bench=_bench)
+    assert c_kernels.why_not(name) == ""
+    op = getattr(torch.ops.rapid_llm, name)
+    x = torch.randn(4, 8)
+    assert torch.equal(op(x, 2.0), x * 2)
+    learned = c_kernels.learned(name)
+    # the native row is no launcher: its key is learned as the Python kernel's (the portable dispatcher teaches nothing)
+    assert [launcher for _, launcher in learned] == ([None] if call_impl == "compiled" else [])
+    assert torch.equal(op(x, 3.0), x * 3) and c_kernels.learned(name) == learned
+    with pytest.raises(RuntimeError, match=rf"ValueError: {name}\(\): alpha must be >= 0, got -1.0"):
+        op(x, -1.0)
+    assert torch.equal(op(x, 0.5), x * 0.5)  # an error leaves nothing behind
+    torch.library.opcheck(op.default, (x, 0.5))
+    assert torch.equal(torch.compile(lambda x: op(x, 2.0) + 1, fullgraph=True, backend="aot_eager")(x), x * 2 + 1)
+    declare_op(name, native=lambda x, alpha: x * alpha + 1, reference=_ref(), bench=_bench, replace=True)
+    assert c_kernels.learned(name) == []  # forgotten with the old rows
+    assert torch.equal(op(x, 2.0), x * 2 + 1)
+
+
+def test_a_c_kernel_writes_in_place_and_passes_every_kind(c_kernel_on_cpu):
+    name = _fresh("t_ck_inplace")
+
+    def native(x: torch.Tensor, y: torch.Tensor, times: int, negate: bool, alpha: float) -> None:
+        x.add_(y * times * alpha * (-1 if negate else 1))
+
+    make = lambda shape, dtype, device, gen: (torch.randn(shape, generator=gen).to(dtype),  # noqa: E731
+                                              torch.randn(shape, generator=gen).to(dtype), 3, True, 0.5)
+    declare_op(name, native=native, reference=_ref(make), bench=_bench)
+    assert str(getattr(torch.ops.rapid_llm, name).default._schema).endswith(
+        "(Tensor(a!) x, Tensor y, int times, bool negate, float alpha) -> ()")
+    assert c_kernels.why_not(name) == ""
+    x, y = torch.randn(5, 3), torch.randn(5, 3)
+    expected = x - y * 1.5
+    assert getattr(torch.ops.rapid_llm, name)(x, y, 3, True, 0.5) is None
+    torch.testing.assert_close(x, expected)
+
+
+def test_ops_a_c_kernel_cannot_serve_keep_their_python_kernel(c_kernel_on_cpu):
+    name = _fresh("t_ck_pair")
+    declare_op(name, native=lambda x: (x * 2, x + 1), reference=_ref(lambda s, d, dev, g: (torch.randn(s).to(d),)),
+               bench=_bench)
+    assert "returns (Tensor, Tensor)" in c_kernels.why_not(name)
+    x = torch.randn(3)
+    a, b = getattr(torch.ops.rapid_llm, name)(x)
+    assert torch.equal(a, x * 2) and torch.equal(b, x + 1)
+    assert "forms" in c_kernels.why_not("scaled_fp8_quant") or c_kernels.why_not("scaled_fp8_quant") == "no CUDA here"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", sorted(SHIPPED))
+def test_the_c_kernel_runs_what_device_time_dispatch_runs(op):
+    """On CUDA the custom op's C kernel learns the launcher the device-time dispatcher chose and then calls it
+    without Python: outputs and in-place writes equal that dispatcher's, bit for bit, on every reference case."""
+    assert c_kernels.why_not(op) == ""
+    overload = custom_ops.torch_op(op).default
+    device_time = dispatch.get_op(op, rule="device")
+    for dtype in DTYPES:
+        for label, args in golden.reference_cases(op, platform.torch_dtype(dtype), torch.device("cuda"),
+                                                  golden.CPU_SIZES):
+            for call in ("teaches", "learned"):
+                mine, theirs = _clone(args), _clone(args)
+                got, expected = overload(*mine), device_time(*theirs)
+                for a, b in zip((got, *mine), (expected, *theirs)):
+                    if isinstance(a, torch.Tensor):
+                        assert torch.equal(a, b) or (a.isnan() == b.isnan()).all() and torch.equal(
+                            a.nan_to_num(), b.nan_to_num()), f"{op} {dtype} {label} ({call})"
+    assert any(launcher for _, launcher in c_kernels.learned(op)), c_kernels.learned(op)
+
+
+@pytest.mark.gpu
+def test_the_c_kernel_raises_the_rows_words_for_a_key_it_learned():
+    x, w = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16), torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    op = torch.ops.rapid_llm.rms_norm.default
+    op(x, w, 1e-6), op(x, w, 1e-6)
+    assert any(launcher for _, launcher in c_kernels.learned("rms_norm"))
+    with pytest.raises(RuntimeError, match="ValueError: .*weight"):
+        op(x, w[:32], 1e-6)
+    torch.testing.assert_close(op(x, w, 1e-6), K.rms_norm(x, w, 1e-6), rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------ tracing

@@ -10,12 +10,14 @@ them, a notebook's at its ``declare_op`` call) through one
 * the real implementation (CPU and CUDA) is the op's dispatcher, so the row is
   chosen from the measured figures as for an eager call, by device time rather
   than what an eager caller pays (a compiled graph's calls; see the dispatcher's RULES);
+  on CUDA a C kernel in front of it calls, without Python, the launcher it chose
+  before for such calls (rapid_llm.kernels.dispatch.c_kernels);
 * the fake implementation follows the op's out rule (like the dispatch
   argument, its last dim halved, or nothing for an in-place op).
 
-Why ``Library.define``/``impl`` and not ``torch.library.custom_op``: a call of
-the op through torch's dispatcher into a Python kernel costs microseconds
-either way, and custom_op's wrappers add several more (pytorch issue 177109).
+Why ``Library.define``/``impl`` and not ``torch.library.custom_op``: custom_op's
+wrappers add several microseconds to every call (pytorch issue 177109), and a
+C kernel can only be put in front of an op registered this way.
 Eager ``K.<op>`` calls never take that path (see rapid_llm.kernels.dispatch.traced):
 only compiled graphs call the custom op.
 
@@ -35,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from rapid_llm.kernels.dispatch import dispatcher as dispatch, traced
+from rapid_llm.kernels.dispatch import c_kernels, dispatcher as dispatch, traced
 from rapid_llm.kernels.registry import op_schema
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.op_schema import OpSchema, SchemaError
@@ -89,6 +91,7 @@ def schema_for(decl: Any) -> OpSchema:
 def register(decl: Any) -> str | None:
     """Make ``decl``'s op ``torch.ops.rapid_llm.<name>`` (idempotent); None, or why it is not (also recorded)."""
     name = decl.name
+    c_kernels.forget()  # what the C kernels learned may name the op's old rows
     try:
         schema = schema_for(decl)
     except Exception as exc:  # a declaration never fails for want of a schema: the op stays eager under compile
@@ -107,7 +110,7 @@ def register(decl: Any) -> str | None:
         _bind(name, schema)
         return None
     try:
-        _define(schema)
+        _define(schema, forms=getattr(decl, "form_of", None) is not None)
     except RuntimeError as exc:
         return _unbound(name, f"torch.ops.{NAMESPACE}.{name} could not be defined: {str(exc).splitlines()[0]}")
     _bindings[name] = _Binding(schema, schema.fake)
@@ -126,7 +129,7 @@ def _bind(name: str, schema: OpSchema) -> None:
     traced.bind(name, packet.default, packet.out if schema.has_out else None, schema.n_args)
 
 
-def _define(schema: OpSchema) -> None:
+def _define(schema: OpSchema, forms: bool) -> None:
     lib, name = _library(), schema.name
     tags = (torch.Tag.pt2_compliant_tag,)
     lib.define(schema.text, tags=tags)
@@ -134,8 +137,10 @@ def _define(schema: OpSchema) -> None:
         lib.define(schema.out_text, tags=tags)
     returns = schema.returns
     impl = _impl_none(name) if returns == "()" else _impl_tensor(name) if returns == "Tensor" else _impl_tensors(name)
+    in_c = c_kernels.attach(lib, schema, impl, lambda: _live(name), forms=forms)
     for key in DISPATCH_KEYS:
-        lib.impl(name, impl, key)
+        if key not in in_c:
+            lib.impl(name, impl, key)
         if schema.out_text:
             lib.impl(f"{name}.out", _impl_out(name), key)
     torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(name), lib=lib)
@@ -216,6 +221,9 @@ def _fake(name: str) -> Callable[..., Any]:
 
 def _fake_out(*args: Any, out: torch.Tensor, **kwargs: Any) -> None:
     return None
+
+
+_spec.on_change(c_kernels.forget)
 
 
 # ------------------------------------------------------------------ lookups

@@ -17,10 +17,15 @@ from typing import Iterator
 from rapid_llm.kernels.build import cache
 from rapid_llm.kernels.build.cache import SHIPPED_CU, BuildError
 
-__all__ = ["fastcall", "load_module", "set_dependent_launch", "plain_launches", "BINDING_SOURCE",
+__all__ = ["fastcall", "load_module", "set_dependent_launch", "plain_launches", "BINDING_SOURCE", "SOURCES",
            "DEPENDENT_LAUNCH_ENV"]
 
 BINDING_SOURCE = Path(__file__).with_name("fastcall.c")
+#: How its C kernels raise (C++, linked in).
+RAISE_SOURCE = BINDING_SOURCE.with_name("fastcall_raise.cc")
+#: Every source of the binding: what its build key covers and the package must carry.
+SOURCES = (BINDING_SOURCE, BINDING_SOURCE.with_name("fastcall_dispatch.inc"),
+           BINDING_SOURCE.with_name("fastcall_torch.inc"), RAISE_SOURCE)
 _MODULE = "_rapid_llm_fastcall"
 #: ``=0``: rl::launch_dependent launches plainly from the start of the process (programmatically by default: see
 #: set_dependent_launch).
@@ -29,20 +34,27 @@ _plain_blocks = 0  # plain_launches blocks open now: a binding loaded inside one
 
 
 class _BindingBuilder:
-    """gcc, the Python headers and the ABI header: a CPython extension in a few hundred ms."""
+    """gcc, the Python headers and the ABI header: a CPython extension in a few hundred ms.
+
+    The C is built with ``-fexceptions``: a C kernel called by torch's dispatcher raises by throwing through it
+    (fastcall_raise.cc, compiled as C++)."""
 
     name = "fastcall-gcc"
 
     def build(self, request):  # noqa: ANN001 - a cache.BuildRequest
 
         out = request.build_dir / f"{_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"
-        cmd = [os.environ.get("CC", "gcc"), "-shared", "-fPIC", "-O2", "-std=gnu11",
-               f"-I{sysconfig.get_paths()['include']}", f"-I{SHIPPED_CU / 'common'}",
-               str(request.source), "-o", str(out), "-ldl"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
-        if proc.returncode != 0:
-            log = proc.stdout + proc.stderr
-            raise BuildError(f"building the fast-path call binding failed:\n{log}", log=log, source=request.source)
+        cc = os.environ.get("CC", "gcc")
+        raise_obj = request.build_dir / "fastcall_raise.o"
+        steps = [[cc, "-x", "c++", "-std=c++17", "-c", "-fPIC", "-O2", str(RAISE_SOURCE), "-o", str(raise_obj)],
+                 [cc, "-shared", "-fPIC", "-O2", "-std=gnu11", "-fexceptions", f"-I{sysconfig.get_paths()['include']}",
+                  f"-I{SHIPPED_CU / 'common'}", str(request.source), str(raise_obj), "-o", str(out), "-ldl",
+                  "-lstdc++"]]
+        for cmd in steps:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
+            if proc.returncode != 0:
+                log = proc.stdout + proc.stderr
+                raise BuildError(f"building the fast-path call binding failed:\n{log}", log=log, source=request.source)
         return out
 
 
@@ -56,8 +68,7 @@ def fastcall() -> ModuleType:
         raise RuntimeError(f"torch {torch.__version__} lacks the DLPack C exchange API that the fast path "
                            "calls through (torch >= 2.10); build with builder='torch' instead")
     h = hashlib.sha256()
-    for path in (BINDING_SOURCE, BINDING_SOURCE.with_name("fastcall_dispatch.inc"),
-                 cache.SHIPPED_CU / "common" / "rapid_llm_abi.h"):
+    for path in (*SOURCES, cache.SHIPPED_CU / "common" / "rapid_llm_abi.h"):
         h.update(path.read_bytes())
     h.update(sys.version.encode())
     h.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())

@@ -254,6 +254,23 @@ static PyObject* wrong_arg(const Launcher* self, Py_ssize_t i, PyObject* got) {
   return NULL;
 }
 
+/* The device guard: make CUDA device `device`'s primary context current (*switched: *previous is to be restored
+ * after the launch); -1 when the device is not usable. Without a driver there is nothing to switch. */
+static int enter_device(int device, void** previous, int* switched) {
+  *switched = 0;
+  if (!cu.loaded || device < 0 || device >= 64) return 0;
+  if (cu.primary[device] == NULL) {
+    int dev = 0;
+    if (cu.device_get(&dev, device) != 0 || cu.primary_retain(&cu.primary[device], dev) != 0) return -1;
+  }
+  cu.ctx_get(previous);
+  if (*previous != cu.primary[device]) {
+    cu.ctx_set(cu.primary[device]);
+    *switched = 1;
+  }
+  return 0;
+}
+
 static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_t nargs) {
   Launcher* self = (Launcher*)owner;
   if (nargs != self->nargs) {
@@ -311,19 +328,9 @@ static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_
   int switched = 0;
   if (call.device >= 0) {
     if (dlpack->current_work_stream(kDLCUDA, call.device, &call.stream) != 0) return NULL;
-    if (cu.loaded && call.device < 64) { /* the device guard: run on the tensors' device, then restore */
-      if (cu.primary[call.device] == NULL) {
-        int dev = 0;
-        if (cu.device_get(&dev, call.device) != 0 || cu.primary_retain(&cu.primary[call.device], dev) != 0) {
-          PyErr_Format(PyExc_RuntimeError, "%s(): CUDA device %d is not usable", self->def.ml_name, call.device);
-          return NULL;
-        }
-      }
-      cu.ctx_get(&previous);
-      if (previous != cu.primary[call.device]) {
-        cu.ctx_set(cu.primary[call.device]);
-        switched = 1;
-      }
+    if (enter_device(call.device, &previous, &switched) != 0) {
+      PyErr_Format(PyExc_RuntimeError, "%s(): CUDA device %d is not usable", self->def.ml_name, call.device);
+      return NULL;
     }
   }
   char err[RL_ERR_LEN];
@@ -462,6 +469,7 @@ fail:
 }
 
 #include "fastcall_dispatch.inc"
+#include "fastcall_torch.inc"
 
 static PyObject* fastcall_set_dependent_launch(PyObject* self, PyObject* arg) {
   (void)self;
@@ -477,6 +485,7 @@ static PyMethodDef methods[] = {
      "set_dependent_launch(on) -> bool: whether rl::launch_dependent launches programmatically; returns the old"},
     {"init", fastcall_init, METH_VARARGS, "init(torch.Tensor, torch.Tensor.__dlpack_c_exchange_api__)"},
     {"load", fastcall_load, METH_VARARGS, "load(path, owner) -> [(name, signature, launcher)]"},
+    RL_TORCH_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rapid_llm_fastcall", NULL, -1, methods};
