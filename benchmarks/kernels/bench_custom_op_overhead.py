@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"torch.ops.rapid_llm.{args.op}.default": packet.default,
         f"torch.ops.rapid_llm.{args.op}": packet,
         **({"the Python kernel through torch.ops": getattr(torch.ops.rapid_llm, c_kernels.python_op_name(args.op)).default}
-           if not c_kernels.why_not(args.op) else {}),
+           if not c_kernels.why_not(args.op) and device.type == "cuda" else {}),  # the C kernel's keys (c_kernels.KEYS)
         "torch.library.custom_op": _custom_op_arm(args.op, op),
         f"row {row.name} direct": row.call_path(),
         "is_dynamo_compiling()": lambda *a: torch.compiler.is_dynamo_compiling(),
