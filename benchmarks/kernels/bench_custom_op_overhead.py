@@ -9,7 +9,8 @@ Every arm runs the same row on the same tensors (the op's bench case, without ``
   (rapid_llm.kernels.dispatch.c_kernels) once the first call has taught it; the packet
   ``torch.ops.rapid_llm.<op>`` adds its own Python ``__call__``;
 * the op's Python kernel through torch.ops (``torch.ops.rapid_llm._<op>_python``, what the C kernel falls back
-  to, and what every call paid before the C kernel), where the op has a C kernel;
+  to), where the op has a C kernel: what every call ran before the C kernel, plus the step that teaches the
+  C kernel, which it takes on each call (the old path less rapid_llm's dispatch is the "kernel = the row" arm);
 * the same dispatcher registered through ``torch.library.custom_op`` (a scratch namespace): the other
   registration path, measured to show why rapid_llm does not use it;
 * the chosen row called directly, and ``torch.compiler.is_dynamo_compiling()`` alone (what the portable
