@@ -306,6 +306,20 @@ WAVE_ROWS_FASTEST = {
     "const dim3 grid(static_cast<unsigned>(rl::cdiv(row_items, kCta * kItems)), static_cast<unsigned>(tokens));":
         "const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(rl::cdiv(row_items, kCta * kItems)));"}
 
+#: rotary_embedding: the launcher's choice of the decode grid, and the decode kernel's register bound.
+ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());"
+ROPE_ROW = "const bool cos_sin_row = false;"
+ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = (t % max_pos) * cache_stride_p;",
+                        "if (pos < 0 || pos >= max_pos) continue;": "if (max_pos <= 0) continue;",
+                        "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
+
+
+def rope_decode_bound(min_blocks: int) -> dict[str, str]:
+    """The decode kernel's __launch_bounds__ asking for ``min_blocks`` 256-thread blocks an SM (its register cap)."""
+    old = "__launch_bounds__(kThreads) rotary_embedding_decode_kernel("
+    return {old: old.replace("(kThreads)", f"(kThreads, {min_blocks})")}
+
+
 #: Every op's control: the shipped source unchanged, built and timed as a variant (an A/A comparison: how far a
 #: variant's slot alone moves its figure against the K and jit columns).
 CONTROL = ("shipped_copy", {})
@@ -388,22 +402,31 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                            ("cluster2", norm_cluster(2)), ("cluster4", norm_cluster(4)), ("cluster8", norm_cluster(8))],
     "rotary_embedding": [
         PLAIN_LAUNCH,
-        ("decode_2_per_sm", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
-                             "const bool one_head = tokens * rounds <= 2 * static_cast<int64_t>(rl::sm_count());"}),
+        ("decode_2_per_sm", {ROPE_ONE_HEAD: ROPE_ONE_HEAD.replace("<= 16 *", "<= 2 *")}),
         # the decode grid (q/k loads before the position test) at every T: a measurement only (no token loop)
-        ("decode_every_t", {"const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
-                            "const bool one_head = true;"}),
+        ("decode_every_t", {ROPE_ONE_HEAD: "const bool one_head = true;"}),
         # the decode kernel at two heads a thread (twice the q/k bytes in flight a thread, half the blocks), at
         # the decode grid's present reach and at every T
         ("decode_x2", {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;")}),
         ("decode_x2_every_t", {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;"),
-                               "const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());":
-                               "const bool one_head = true;"}),
+                               ROPE_ONE_HEAD: "const bool one_head = true;"}),
         # the token-looping kernel past the decode grid: two heads' loads in flight a thread, at the present
         # register bound (6 blocks an SM) and at 4
         ("in_flight2", {"constexpr int kHeadsInFlight = 1;": "constexpr int kHeadsInFlight = 2;"}),
         ("in_flight2_min4", {"constexpr int kHeadsInFlight = 1;": "constexpr int kHeadsInFlight = 2;",
                              "constexpr int kMinBlocks = 6;": "constexpr int kMinBlocks = 4;"}),
+        # the decode kernel held to 40 registers (it takes 48 unbounded: 8 blocks of 160 threads an SM, 10 held)
+        ("decode_min6", rope_decode_bound(6)),
+        # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
+        # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
+        ("no_position_hop", ROPE_NO_POSITION_HOP),
+        # the cos/sin row kernel (cos/sin through shared memory, two heads a thread) past the decode grid, at every
+        # T, and at one head a thread
+        ("row_past_decode", {ROPE_ROW: "const bool cos_sin_row = !one_head;"}),
+        ("row_every_t", {ROPE_ROW: "const bool cos_sin_row = true;"}),
+        ("row_x1_every_t", {ROPE_ROW: "const bool cos_sin_row = true;",
+                            "constexpr int kRowHeads = 2;": "constexpr int kRowHeads = 1;",
+                            "constexpr int kRowMinBlocks = 5;": "constexpr int kRowMinBlocks = 8;"}),
     ],
     "scaled_fp8_quant": [
         ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":
