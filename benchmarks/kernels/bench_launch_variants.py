@@ -308,7 +308,6 @@ WAVE_ROWS_FASTEST = {
 
 #: rotary_embedding: the launcher's choice of the decode grid, and the decode kernel's register bound.
 ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());"
-ROPE_ROW = "const bool cos_sin_row = false;"
 ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = (t % max_pos) * cache_stride_p;",
                         "if (pos < 0 || pos >= max_pos) continue;": "if (max_pos <= 0) continue;",
                         "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
@@ -420,13 +419,6 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         ("no_position_hop", ROPE_NO_POSITION_HOP),
-        # the cos/sin row kernel (cos/sin through shared memory, two heads a thread) past the decode grid, at every
-        # T, and at one head a thread
-        ("row_past_decode", {ROPE_ROW: "const bool cos_sin_row = !one_head;"}),
-        ("row_every_t", {ROPE_ROW: "const bool cos_sin_row = true;"}),
-        ("row_x1_every_t", {ROPE_ROW: "const bool cos_sin_row = true;",
-                            "constexpr int kRowHeads = 2;": "constexpr int kRowHeads = 1;",
-                            "constexpr int kRowMinBlocks = 5;": "constexpr int kRowMinBlocks = 8;"}),
     ],
     "scaled_fp8_quant": [
         ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":

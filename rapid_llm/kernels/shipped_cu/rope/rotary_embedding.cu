@@ -12,6 +12,10 @@
 // was slower, and so was a persistent grid prefetching the next token's position. Measured there
 // (bf16, 32 q / 8 k heads of 128, cold L2): 77% of the copy roofline at T=4096, where a plain copy
 // of the same bytes reaches 82%, and 91% at T=16384.
+// A block reading its token's cos/sin once into shared memory, two heads a thread (fewer registers across
+// the position -> cos/sin loads), was level at T=1024 and 10-25% slower elsewhere, at Llama-3-8B, -3.2-1B
+// and -70B shapes (benchmarks/results/logs/launch_variants_rotary_embedding_row_kernel.log, in the source
+// at 3e31cfd).
 //
 // Numerics (every row): x' = x*c - y*s, y' = y*c + x*s in fp32, each product rounded before the sum
 // (no fused multiply-add), then rounded once to the input dtype.
@@ -22,8 +26,6 @@ constexpr int kHeadsInFlight = 1;  // heads a thread loads before it computes an
 constexpr int kThreads = 256;      // threads per block, at most
 constexpr int kDecodeHeads = 1;   // heads a thread of the decode kernel rotates
 constexpr int kMinBlocks = 6;     // blocks per SM the register budget must allow (<= 42 registers): tokens in flight
-constexpr int kRowHeads = 2;      // heads a thread of the cos/sin-row kernel rotates
-constexpr int kRowMinBlocks = 5;  // its register bound (256-thread blocks an SM: <= 51 registers, no spills)
 // How the kernel reads cos/sin: fp32 or the input dtype, element by element or in 16-byte runs.
 constexpr int kCacheF32 = 0, kCacheT = 1, kCacheVecF32 = 2, kCacheVecT = 3;
 
@@ -90,22 +92,19 @@ __device__ __forceinline__ void load_cache_run(const void* cache, int mode, int6
   }
 }
 
-// Rotate pair j of one run in registers: a and b are the run's two 16-byte halves (see first/second below).
-template <typename T, int kN, bool kNeox>
-__device__ __forceinline__ void rotate_pair(Run<T, kN>& a, Run<T, kN>& b, int j, float c, float s) {
-  // Pair j: neox (a[j], b[j]); GPT-J elements 2j and 2j+1 of the 2*kN run a then b.
-  T& xr = kNeox ? a.v[j] : (2 * j < kN ? a.v[2 * j] : b.v[2 * j - kN]);
-  T& yr = kNeox ? b.v[j] : (2 * j + 1 < kN ? a.v[2 * j + 1] : b.v[2 * j + 1 - kN]);
-  const float x = static_cast<float>(xr);
-  const float y = static_cast<float>(yr);
-  xr = static_cast<T>(__fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s)));
-  yr = static_cast<T>(__fadd_rn(__fmul_rn(y, c), __fmul_rn(x, s)));
-}
-
+// Rotate the kN pairs of one run in registers: a and b are the run's two 16-byte halves (see first/second below).
 template <typename T, int kN, bool kNeox>
 __device__ __forceinline__ void rotate_run(Run<T, kN>& a, Run<T, kN>& b, const float (&c)[kN], const float (&s)[kN]) {
 #pragma unroll
-  for (int j = 0; j < kN; ++j) rotate_pair<T, kN, kNeox>(a, b, j, c[j], s[j]);
+  for (int j = 0; j < kN; ++j) {
+    // Pair j: neox (a[j], b[j]); GPT-J elements 2j and 2j+1 of the 2*kN run a then b.
+    T& xr = kNeox ? a.v[j] : (2 * j < kN ? a.v[2 * j] : b.v[2 * j - kN]);
+    T& yr = kNeox ? b.v[j] : (2 * j + 1 < kN ? a.v[2 * j + 1] : b.v[2 * j + 1 - kN]);
+    const float x = static_cast<float>(xr);
+    const float y = static_cast<float>(yr);
+    xr = static_cast<T>(__fsub_rn(__fmul_rn(x, c[j]), __fmul_rn(y, s[j])));
+    yr = static_cast<T>(__fadd_rn(__fmul_rn(y, c[j]), __fmul_rn(x, s[j])));
+  }
 }
 
 // The kernel over (token, head, run). kVector: 16-byte runs (element stride 1, every start aligned);
@@ -231,70 +230,6 @@ __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
     }
   }
 }
-
-// Past the decode sizes, 16-byte runs: the cos/sin row kernel. A block per token (per slice of heads where one
-// block would pass kThreads), a thread kRowHeads heads of one run. The token's cos/sin row is read once, by the
-// block, into shared memory while the q/k loads are in flight, and each pair takes its cos/sin from there when it
-// is rotated: the registers of a thread hold its heads' q/k, not 16 fp32 cos/sin values across the two dependent
-// loads (position, then cos/sin), so more blocks stay resident.
-template <typename T, bool kNeox>
-__global__ void __launch_bounds__(kThreads, kRowMinBlocks) rotary_embedding_row_kernel(
-    const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
-    T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
-    T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
-    const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
-    int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos) {
-  constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
-  extern __shared__ float cos_sin[];  // [2 * half]: the token's cos, then its sin, as fp32
-  const int heads = q_heads + k_heads;
-  const int h0 = blockIdx.y * blockDim.y + threadIdx.y;
-  const int h_step = gridDim.y * blockDim.y;
-  const int64_t t = blockIdx.x;
-  const int r = threadIdx.x;  // the launcher gives a thread per run of a head
-  const int first = kNeox ? r * kN : 2 * r * kN;  // as in the kernels above
-  const int second = kNeox ? half + r * kN : 2 * r * kN + kN;
-  auto head = [&](int h) {
-    return h < q_heads ? q + t * q_stride_t + h * q_stride_h
-                       : k + t * k_stride_t + static_cast<int64_t>(h - q_heads) * k_stride_h;
-  };
-  rl::wait_for_prior_grids();
-  rl::allow_dependent_grids();
-  Run<T, kN> a[kRowHeads], b[kRowHeads];
-#pragma unroll
-  for (int u = 0; u < kRowHeads; ++u) {
-    const int h = h0 + u * h_step;
-    if (h < heads) {
-      a[u] = load_run<T, kN, true>(head(h) + first, 1);
-      b[u] = load_run<T, kN, true>(head(h) + second, 1);
-    }
-  }
-  const int64_t pos = positions_int64 ? static_cast<const int64_t*>(positions)[t * positions_stride]
-                                      : static_cast<int64_t>(static_cast<const int32_t*>(positions)[t * positions_stride]);
-  const bool in_range = pos >= 0 && pos < max_pos;  // out of range: leave the token, never read outside the cache
-  if (in_range) {
-    const int64_t cache_row = pos * cache_stride_p;
-    const bool fp32 = cache_mode == kCacheF32 || cache_mode == kCacheVecF32;
-    for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < 2 * half; i += blockDim.x * blockDim.y) {
-      const int64_t at = cache_row + i * cache_stride_e;
-      cos_sin[i] = fp32 ? __ldg(static_cast<const float*>(cache) + at) : static_cast<float>(static_cast<const T*>(cache)[at]);
-    }
-  }
-  __syncthreads();
-  if (!in_range) return;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {  // a pair's cos/sin once for every head of the thread, two registers at a time
-    const float c = cos_sin[r * kN + j], s = cos_sin[half + r * kN + j];
-#pragma unroll
-    for (int u = 0; u < kRowHeads; ++u) rotate_pair<T, kN, kNeox>(a[u], b[u], j, c, s);
-  }
-#pragma unroll
-  for (int u = 0; u < kRowHeads; ++u) {
-    const int h = h0 + u * h_step;
-    if (h >= heads) continue;
-    store_run<T, kN, true>(head(h) + first, 1, a[u]);
-    store_run<T, kN, true>(head(h) + second, 1, b[u]);
-  }
-}
 #endif
 
 #if RL_HOST
@@ -311,14 +246,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
     int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
 template <typename T, bool kNeox, bool kVector, int kHeads>
 __global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
-    const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
-    T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
-    T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
-    const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
-    int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
-
-template <typename T, bool kNeox>
-__global__ void __launch_bounds__(kThreads, kRowMinBlocks) rotary_embedding_row_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
     T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
     T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
@@ -416,24 +343,8 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
                  cache_mode, cos_sin_cache.stride(0), cos_sin_cache.stride(1), tokens, static_cast<int>(qv.heads),
                  static_cast<int>(kv.heads), half, cos_sin_cache.size(0));
     };
-    // The cos/sin row kernel: a block per token and slice of heads, each thread kRowHeads heads of one run.
-    const bool cos_sin_row = false;
-    auto go_row = [&](auto kernel) {
-      const int64_t row_y = rl::cdiv(heads, kRowHeads);
-      const int64_t slices = rl::cdiv(row_y, max_y);
-      const dim3 row_block(static_cast<unsigned>(threads_x), static_cast<unsigned>(rl::cdiv(row_y, slices)));
-      const dim3 row_grid(static_cast<unsigned>(tokens), static_cast<unsigned>(slices));
-      rl::launch_dependent(kernel, row_grid, row_block, static_cast<size_t>(2 * half) * sizeof(float), positions.data_ptr(),
-                 pos64, positions.stride(0), q.data<T>(), qv.stride_t, qv.stride_h, qv.stride_e, k.data<T>(), kv.stride_t,
-                 kv.stride_h, kv.stride_e, cos_sin_cache.data_ptr(), cache_mode, cos_sin_cache.stride(0),
-                 cos_sin_cache.stride(1), tokens, static_cast<int>(qv.heads), static_cast<int>(kv.heads), half,
-                 cos_sin_cache.size(0));
-    };
     auto pick = [&](auto neox, auto vector) {
       constexpr bool kNeox = decltype(neox)::value, kVector = decltype(vector)::value;
-      if constexpr (kVector) {
-        if (cos_sin_row && runs <= kThreads && tokens < (int64_t{1} << 31)) return go_row(rotary_embedding_row_kernel<T, kNeox>);
-      }
       one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector, kDecodeHeads>) : go(rotary_embedding_kernel<T, kNeox, kVector>);
     };
     using yes = std::true_type;
