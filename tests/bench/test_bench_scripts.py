@@ -158,6 +158,15 @@ def test_launch_variants_name_an_implementation_that_computes_wrongly():
     assert script.check_outputs(in_place, {}, master) == "outputs against K: WRONG bad"
 
 
+def test_profile_vs_liger_takes_the_variants_benchmark_s_models_and_needs_a_gpu(capsys):
+    script = _load("profile_vs_liger")
+    with pytest.raises(SystemExit):
+        script.main(["--peer-bench", ".", "--model", "not-a-model"])
+    if not __import__("torch").cuda.is_available():
+        assert script.main(["--peer-bench", "."]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().out
+
+
 def test_profile_vs_compile_summarizes_an_ncu_export(tmp_path, capsys):
     """--summarize turns ncu's details CSV into one line per kernel, in launch order, without a GPU."""
     script = _load("profile_vs_compile")
