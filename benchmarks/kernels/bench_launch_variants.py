@@ -313,6 +313,19 @@ ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "cons
                         "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
 
 
+def rope_decode_heads(heads: int, min_blocks: int | None) -> dict[str, str]:
+    """The decode kernel at every T, ``heads`` heads a thread: a block's threads cover the token's heads (split
+    over blocks where more than kThreads threads would), under the register bound of ``min_blocks`` if given."""
+    threads_y = "const int threads_y = static_cast<int>(rl::cdiv(heads, rounds));"
+    grid_y = "one_head ? static_cast<unsigned>(rl::cdiv(rounds, kDecodeHeads)) : 1u"
+    subs = {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", f"= {heads};"),
+            ROPE_ONE_HEAD: "const bool one_head = true;",
+            threads_y: "const int64_t rows = rl::cdiv(heads, kDecodeHeads);\n"
+                       "    const int threads_y = static_cast<int>(rl::cdiv(rows, rl::cdiv(rows, max_y)));",
+            grid_y: "static_cast<unsigned>(rl::cdiv(rows, threads_y))"}
+    return {**subs, **(rope_decode_bound(min_blocks) if min_blocks else {})}
+
+
 def rope_decode_bound(min_blocks: int) -> dict[str, str]:
     """The decode kernel's __launch_bounds__ asking for ``min_blocks`` 256-thread blocks an SM (its register cap)."""
     old = "__launch_bounds__(kThreads) rotary_embedding_decode_kernel("
@@ -419,6 +432,11 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         ("no_position_hop", ROPE_NO_POSITION_HOP),
+        # the decode kernel at every T with 2, 3 or 4 heads a thread, every thread of a block on one token (the
+        # heads split over blocks only past kThreads), held to 64 registers at 3 heads and 80 at 4
+        ("decode_x2_sliced_every_t", rope_decode_heads(2, None)),
+        ("decode_x3_every_t", rope_decode_heads(3, 4)),
+        ("decode_x4_every_t", rope_decode_heads(4, 3)),
     ],
     "scaled_fp8_quant": [
         ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":
