@@ -308,28 +308,16 @@ WAVE_ROWS_FASTEST = {
 
 #: rotary_embedding: the launcher's choice of the decode grid, and the decode kernel's register bound.
 ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());"
+ROPE_WIDE = "const bool wide = !one_head && vec && tokens < (int64_t{1} << 31);"
 ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = (t % max_pos) * cache_stride_p;",
                         "if (pos < 0 || pos >= max_pos) continue;": "if (max_pos <= 0) continue;",
                         "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
 
 
-def rope_decode_heads(heads: int, min_blocks: int | None) -> dict[str, str]:
-    """The decode kernel at every T, ``heads`` heads a thread: a block's threads cover the token's heads (split
-    over blocks where more than kThreads threads would), under the register bound of ``min_blocks`` if given."""
-    threads_y = "const int threads_y = static_cast<int>(rl::cdiv(heads, rounds));"
-    grid_y = "one_head ? static_cast<unsigned>(rl::cdiv(rounds, kDecodeHeads)) : 1u"
-    subs = {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", f"= {heads};"),
-            ROPE_ONE_HEAD: "const bool one_head = true;",
-            threads_y: "const int64_t rows = rl::cdiv(heads, kDecodeHeads);\n"
-                       "    const int threads_y = static_cast<int>(rl::cdiv(rows, rl::cdiv(rows, max_y)));",
-            grid_y: "static_cast<unsigned>(rl::cdiv(rows, threads_y))"}
-    return {**subs, **(rope_decode_bound(min_blocks) if min_blocks else {})}
-
-
 def rope_decode_bound(min_blocks: int) -> dict[str, str]:
     """The decode kernel's __launch_bounds__ asking for ``min_blocks`` 256-thread blocks an SM (its register cap)."""
-    old = "__launch_bounds__(kThreads) rotary_embedding_decode_kernel("
-    return {old: old.replace("(kThreads)", f"(kThreads, {min_blocks})")}
+    old = "__launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_decode_kernel("
+    return {old: old.replace(": 1)", f": {min_blocks})")}
 
 
 #: Every op's control: the shipped source unchanged, built and timed as a variant (an A/A comparison: how far a
@@ -432,11 +420,13 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         ("no_position_hop", ROPE_NO_POSITION_HOP),
-        # the decode kernel at every T with 2, 3 or 4 heads a thread, every thread of a block on one token (the
-        # heads split over blocks only past kThreads), held to 64 registers at 3 heads and 80 at 4
-        ("decode_x2_sliced_every_t", rope_decode_heads(2, None)),
-        ("decode_x3_every_t", rope_decode_heads(3, 4)),
-        ("decode_x4_every_t", rope_decode_heads(4, 3)),
+        # past the decode sizes: the token-looping kernel, as before the wide decode grid; that grid at every T;
+        # and at two and four heads a thread (64 and 80 registers)
+        ("token_loop", {ROPE_WIDE: "const bool wide = false;"}),
+        ("wide_every_t", {ROPE_WIDE: ROPE_WIDE.replace("!one_head && ", "")}),
+        ("wide_x2", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 2;"}),
+        ("wide_x4", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 4;",
+                     "constexpr int kWideMinBlocks = 4;": "constexpr int kWideMinBlocks = 3;"}),
     ],
     "scaled_fp8_quant": [
         ("block256", {"const int64_t per = n_groups * kBlock > rl::resident_threads() ? 128 : kBlock;":

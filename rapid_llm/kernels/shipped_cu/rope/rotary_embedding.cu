@@ -24,7 +24,9 @@
 constexpr int kVecBytes = 16;      // one 128-bit load or store
 constexpr int kHeadsInFlight = 1;  // heads a thread loads before it computes any (more costs registers, hence blocks)
 constexpr int kThreads = 256;      // threads per block, at most
-constexpr int kDecodeHeads = 1;   // heads a thread of the decode kernel rotates
+constexpr int kDecodeHeads = 1;   // heads a thread of the decode kernel rotates at decode sizes
+constexpr int kWideHeads = 3;     // ... and past them (16-byte runs): a token's heads in one block
+constexpr int kWideMinBlocks = 4; // its register bound there (256-thread blocks an SM: <= 64 registers, no spills)
 constexpr int kMinBlocks = 6;     // blocks per SM the register budget must allow (<= 42 registers): tokens in flight
 // How the kernel reads cos/sin: fp32 or the input dtype, element by element or in 16-byte runs.
 constexpr int kCacheF32 = 0, kCacheT = 1, kCacheVecF32 = 2, kCacheVecT = 3;
@@ -179,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
 // 2.5 % at two cells and lost up to 10 % at others; two heads' loads in flight a thread in the token-looping kernel
 // lost 2-71 % (benchmarks/results/logs/launch_variants_rotary_embedding_two_heads.log).
 template <typename T, bool kNeox, bool kVector, int kHeads>
-__global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
+__global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_decode_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
     T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
     T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
@@ -245,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
     const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
     int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
 template <typename T, bool kNeox, bool kVector, int kHeads>
-__global__ void __launch_bounds__(kThreads) rotary_embedding_decode_kernel(
+__global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_decode_kernel(
     const void* __restrict__ positions, bool positions_int64, int64_t positions_stride,
     T* __restrict__ q, int64_t q_stride_t, int64_t q_stride_h, int64_t q_stride_e,
     T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
@@ -337,7 +339,16 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),
                     one_head ? static_cast<unsigned>(rl::cdiv(rounds, kDecodeHeads)) : 1u);
-    auto go = [&](auto kernel) {
+    // Past the decode sizes, 16-byte runs: the decode kernel again, kWideHeads heads a thread and a token's heads
+    // in one block (split over blocks only past kThreads threads), so a thread has three heads' loads in flight and
+    // reads cos/sin once for them. Its grid has no token loop: a block column per token.
+    const bool wide = !one_head && vec && tokens < (int64_t{1} << 31);
+    const int64_t wide_rows = rl::cdiv(heads, kWideHeads);
+    const int64_t wide_y = rl::cdiv(wide_rows, rl::cdiv(wide_rows, max_y));
+    const dim3 wide_block(static_cast<unsigned>(threads_x), static_cast<unsigned>(wide_y));
+    const dim3 wide_grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 31)),
+                         static_cast<unsigned>(rl::cdiv(wide_rows, wide_y)));
+    auto go = [&](auto kernel, dim3 grid, dim3 block) {
       rl::launch_dependent(kernel, grid, block, 0, positions.data_ptr(), pos64, positions.stride(0), q.data<T>(), qv.stride_t,
                  qv.stride_h, qv.stride_e, k.data<T>(), kv.stride_t, kv.stride_h, kv.stride_e, cos_sin_cache.data_ptr(),
                  cache_mode, cos_sin_cache.stride(0), cos_sin_cache.stride(1), tokens, static_cast<int>(qv.heads),
@@ -345,7 +356,11 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     };
     auto pick = [&](auto neox, auto vector) {
       constexpr bool kNeox = decltype(neox)::value, kVector = decltype(vector)::value;
-      one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector, kDecodeHeads>) : go(rotary_embedding_kernel<T, kNeox, kVector>);
+      if constexpr (kVector) {
+        if (wide) return go(rotary_embedding_decode_kernel<T, kNeox, kVector, kWideHeads>, wide_grid, wide_block);
+      }
+      one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector, kDecodeHeads>, grid, block)
+               : go(rotary_embedding_kernel<T, kNeox, kVector>, grid, block);
     };
     using yes = std::true_type;
     using no = std::false_type;
