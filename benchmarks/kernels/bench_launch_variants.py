@@ -307,7 +307,7 @@ WAVE_ROWS_FASTEST = {
         "const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(rl::cdiv(row_items, kCta * kItems)));"}
 
 #: rotary_embedding: the launcher's choice of the decode grid, and the decode kernel's register bound.
-ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());"
+ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 4 * static_cast<int64_t>(rl::sm_count());"
 ROPE_WIDE = "const bool wide = !one_head && vec && tokens < (int64_t{1} << 31);"
 ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = (t % max_pos) * cache_stride_p;",
                         "if (pos < 0 || pos >= max_pos) continue;": "if (max_pos <= 0) continue;",
@@ -402,7 +402,7 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                            ("cluster2", norm_cluster(2)), ("cluster4", norm_cluster(4)), ("cluster8", norm_cluster(8))],
     "rotary_embedding": [
         PLAIN_LAUNCH,
-        ("decode_2_per_sm", {ROPE_ONE_HEAD: ROPE_ONE_HEAD.replace("<= 16 *", "<= 2 *")}),
+        ("decode_2_per_sm", {ROPE_ONE_HEAD: ROPE_ONE_HEAD.replace("<= 4 *", "<= 2 *")}),
         # the decode grid (q/k loads before the position test) at every T: a measurement only (no token loop)
         ("decode_every_t", {ROPE_ONE_HEAD: "const bool one_head = true;"}),
         # the decode kernel at two heads a thread (twice the q/k bytes in flight a thread, half the blocks), at
@@ -420,10 +420,11 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         ("no_position_hop", ROPE_NO_POSITION_HOP),
-        # past the decode sizes: the token-looping kernel, as before the wide decode grid; that grid at every T;
-        # and at two and four heads a thread (64 and 80 registers)
+        # past the decode sizes: the token-looping kernel, as before the wide decode grid; that grid at every T and
+        # past 16 blocks an SM of the one-head grid (where it first shipped); at two and four heads a thread
         ("token_loop", {ROPE_WIDE: "const bool wide = false;"}),
         ("wide_every_t", {ROPE_WIDE: ROPE_WIDE.replace("!one_head && ", "")}),
+        ("wide_past_16_per_sm", {ROPE_ONE_HEAD: ROPE_ONE_HEAD.replace("<= 4 *", "<= 16 *")}),
         ("wide_x2", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 2;"}),
         ("wide_x4", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 4;",
                      "constexpr int kWideMinBlocks = 4;": "constexpr int kWideMinBlocks = 3;"}),

@@ -3,15 +3,16 @@
 //
 // One block per token (at decode sizes, per token and round of heads). threadIdx.x walks the runs of pairs
 // of a head, threadIdx.y the heads (q's, then k's): a thread reads the cos/sin of its pairs once into registers and reuses them for every head it
-// rotates. A run is 16 bytes of x and 16 bytes of y (neox: x and y are two contiguous runs half a
+// rotates (past the decode sizes, three heads a thread with all their loads in flight: see the launcher). A run is 16 bytes of x and 16 bytes of y (neox: x and y are two contiguous runs half a
 // rotation apart; GPT-J: pairs are adjacent, so 32 contiguous bytes hold the run's pairs interleaved),
 // and cos/sin come as 16-byte loads too. Elements past rot_dim are neither read nor written.
 //
-// Bytes in flight come from many small resident blocks (a token each, few registers), not from long
-// threads: on an H200, holding 2 or 4 heads per thread cost registers, hence resident blocks, and
-// was slower, and so was a persistent grid prefetching the next token's position. Measured there
-// (bf16, 32 q / 8 k heads of 128, cold L2): 77% of the copy roofline at T=4096, where a plain copy
-// of the same bytes reaches 82%, and 91% at T=16384.
+// Bytes in flight: under ncu on an H200, Liger-Kernel's Triton rope (a program per token, 128 threads, each
+// holding several heads) moved the same DRAM bytes as the one-head-a-thread kernels here with half the
+// instructions, and finished 10-21% sooner (benchmarks/results/logs/profile_rope_vs_liger_nvidia_h200.log).
+// Three heads a thread in one block per token (the decode kernel at kWideHeads, 64 registers) closed most of
+// that past the decode sizes; two heads a thread were slower, four level or slower, and so were a persistent
+// grid prefetching the next token's position and the token-looping kernel with two heads' loads in flight.
 // A block reading its token's cos/sin once into shared memory, two heads a thread (fewer registers across
 // the position -> cos/sin loads), was level at T=1024 and 10-25% slower elsewhere, at Llama-3-8B, -3.2-1B
 // and -70B shapes (benchmarks/results/logs/launch_variants_rotary_embedding_row_kernel.log, in the source
@@ -332,16 +333,18 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const int rounds = static_cast<int>(rl::cdiv(heads, max_y));
     const int threads_y = static_cast<int>(rl::cdiv(heads, rounds));
     const dim3 block(static_cast<unsigned>(threads_x), static_cast<unsigned>(threads_y));
-    // Few tokens: a block per token and round of heads, each thread one head, up to 16 blocks an SM; past
-    // that, a block per token (grid-strided), its rounds in each thread. On an H200 (bf16, 32 q / 8 k heads of
-    // 128, cold L2) the first measured 9-12 % faster at T = 256-512 and level or faster at 1024 than the
-    // second, which is faster from T = 4096 up (16384: 88.4 against 95.1 us).
-    const bool one_head = tokens * rounds <= 16 * static_cast<int64_t>(rl::sm_count());
+    // Few tokens: a block per token and round of heads, each thread one head, up to 4 blocks an SM. Past that,
+    // 16-byte runs: the decode kernel again, kWideHeads heads a thread and a token's heads in one block (split
+    // over blocks only past kThreads threads), so a thread has three heads' loads in flight and reads cos/sin once
+    // for them; its grid has no token loop, a block column per token. Otherwise the token-looping kernel, a
+    // block per token (grid-strided), its rounds in each thread. On an H200 (bf16, cold L2, round robin against
+    // the token loop and the one-head grid in one process; benchmarks/results/logs/launch_variants_rotary_embedding_wide.log)
+    // the wide grid measured 0.4-4.5 % faster than the token loop from T = 4096 at Llama-3-8B, -70B and -3.2-1B
+    // shapes, 8 % faster than the one-head grid at -8B T = 1024, 2.5 % at -3.2-1B T = 1024, 3-8 % at -70B
+    // T = 256 and 512, and slower at T = 1-128 at all three and at -3.2-1B T = 256 and 512 (hence 4 a SM).
+    const bool one_head = tokens * rounds <= 4 * static_cast<int64_t>(rl::sm_count());
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),
                     one_head ? static_cast<unsigned>(rl::cdiv(rounds, kDecodeHeads)) : 1u);
-    // Past the decode sizes, 16-byte runs: the decode kernel again, kWideHeads heads a thread and a token's heads
-    // in one block (split over blocks only past kThreads threads), so a thread has three heads' loads in flight and
-    // reads cos/sin once for them. Its grid has no token loop: a block column per token.
     const bool wide = !one_head && vec && tokens < (int64_t{1} << 31);
     const int64_t wide_rows = rl::cdiv(heads, kWideHeads);
     const int64_t wide_y = rl::cdiv(wide_rows, rl::cdiv(wide_rows, max_y));
