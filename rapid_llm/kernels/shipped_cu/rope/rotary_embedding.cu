@@ -175,9 +175,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rotary_embedding_kernel(
 // Decode sizes: the grid is a block column per token and blockIdx.y a round of heads, so a thread rotates
 // kHeads heads (gridDim.y * blockDim.y apart). Its q/k loads go out before the position is tested: a branch on
 // the position would hold them until it arrives, and they do not depend on it, so they overlap the token's
-// position -> cos/sin chain of two round trips. No minimum of resident blocks: the registers keep cos/sin
-// without spilling. The launcher takes one head a thread: on an H200 (bf16, cold L2, random round-robin order with
-// an A/A control) two heads a thread measured 2-6 % slower at T = 1-128 at Llama-3.2-1B, -8B and -70B shapes, 3 and
+// position -> cos/sin chain of two round trips. One head a thread (kDecodeHeads) at decode sizes, with no
+// minimum of resident blocks: the registers keep cos/sin without spilling. Past them the launcher takes
+// kWideHeads, held to 64 registers (see the launcher). At decode sizes, on an H200 (bf16, cold L2, random
+// round-robin order with an A/A control) two heads a thread measured 2-6 % slower at T = 1-128 at Llama-3.2-1B, -8B and -70B shapes, 3 and
 // 8 % slower at T = 1024 (-8B, -3.2-1B), within 1.1 % from T = 4096 up; as the only grid at every T it won 1.6 and
 // 2.5 % at two cells and lost up to 10 % at others; two heads' loads in flight a thread in the token-looping kernel
 // lost 2-71 % (benchmarks/results/logs/launch_variants_rotary_embedding_two_heads.log).
