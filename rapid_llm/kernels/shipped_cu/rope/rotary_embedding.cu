@@ -27,7 +27,8 @@ constexpr int kHeadsInFlight = 1;  // heads a thread loads before it computes an
 constexpr int kThreads = 256;      // threads per block, at most
 constexpr int kDecodeHeads = 1;   // heads a thread of the decode kernel rotates at decode sizes
 constexpr int kWideHeads = 3;     // ... and past them (16-byte runs): a token's heads in one block
-constexpr int kWideMinBlocks = 4; // its register bound there (256-thread blocks an SM: <= 64 registers, no spills)
+constexpr int kWideMinBlocks = 4; // its register bound there (256-thread blocks an SM: <= 64 registers; bf16 neox and
+                                  // fp32 do not spill, fp16 and bf16 GPT-J spill 20-24 bytes a thread)
 constexpr int kMinBlocks = 6;     // blocks per SM the register budget must allow (<= 42 registers): tokens in flight
 // How the kernel reads cos/sin: fp32 or the input dtype, element by element or in 16-byte runs.
 constexpr int kCacheF32 = 0, kCacheT = 1, kCacheVecF32 = 2, kCacheVecT = 3;
