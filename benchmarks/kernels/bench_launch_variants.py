@@ -290,6 +290,9 @@ def row_occupancy(blocks: str) -> dict[str, str]:
 
 #: The shipped launch of rms_norm_reload_kernel (rms_norm rows of 513-1024 vectors, one wave of 256-thread CTAs).
 RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {\n"
+#: ... and its launch past four waves of 512-thread CTAs (512 threads of two vectors).
+RELOAD_WIDE_LAUNCH = ("  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows <= INT32_MAX && "
+                      "rows * 512 > 4 * wave) {\n")
 
 
 #: The shipped kernels started as plain launches, not programmatic dependent ones (rl::launch_dependent): a
@@ -375,8 +378,10 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # rows of 513-1024 vectors within one wave of 256-thread CTAs: the vector kernel (4 vectors a thread,
         # x held across the barrier), as before the reload kernel
         ("no_reload", {RELOAD_LAUNCH: "  if (false) {\n"}),
-        # the reload kernel's form at every T past the row path's wave, at 512 threads of two vectors and 1024 of one
+        # the reload kernel's form at every T past the row path's wave, at 512 threads of two vectors and 1024 of one;
+        # and the vector kernel past four waves of 512-thread CTAs, where the reload kernel at 512x2 runs since
         ("reload_512x2", norm_reload(512, 2)),
+        ("no_reload_512x2", {RELOAD_WIDE_LAUNCH: "  if (false) {\n"}),
         # the reload kernel (256 threads of four vectors) at every T past the row path's wave, its L1 hints alone and
         # with Inductor's L2 policies added; and those policies on the shipped launch (within one wave)
         ("reload_256x4", norm_reload(256, 4)),

@@ -20,7 +20,7 @@
 //    bf16 is 256 threads x 2 vectors of 8. Narrow rows (hidden 128 bf16: one warp)
 //    share a block of 128 threads with other rows, so a block is never a lone warp.
 //    It serves the rows the row path below does not take (fewer than 128 vectors, strides
-//    past 32 bits, rms_norm rows of more than 1024 vectors past one wave).
+//    past 32 bits, rms_norm rows of more than 512 vectors past one wave but for the reload path's reach).
 //  - Row path (row strides that fit 32 bits, 128 to 2048 vectors a row): rms_norm_row_kernel, one row per
 //    CTA of a compile-time width, two vectors a thread (128, 256 or 512 threads; 4 vectors at 512 past
 //    1024). A decode step is latency-bound, and ncu on an H200 (rms_norm at T = 128 bf16: 4.00 us
@@ -46,9 +46,13 @@
 //    path holds x and the weight (64 registers, 1024 threads) and so needs two waves. On an H200 (cold L2,
 //    two runs, against the vector path): T = 768 11.49 and 11.39 us against 12.05 and 12.14, T = 1056 14.05
 //    and 14.14 against 14.59 and 14.59, T = 1024 14.00 and 13.86 against 14.05 and 14.00 (13.63 and 13.66
-//    against 14.24 and 14.35 in two runs before), T = 529 level. Past that wave this form measured no faster
-//    than the vector path (512 threads of two vectors: 134.0 and 135.2 us at T = 16384 against 134.9 and
-//    134.2), and slower at 256 of four (139 us). benchmarks/results/logs/launch_variants_llama3-70b_rms_norm_*.
+//    against 14.24 and 14.35 in two runs before), T = 529 level. Past four waves of 512-thread CTAs (2112 rows on an H200)
+//    it runs again, at 512 threads of two vectors (2048 threads an SM, as Inductor's looped reduction runs):
+//    with the L2 policies below that measured 129.10 us at T = 16384 against the vector path's 133.33 and
+//    torch.compile's 129.12, 37.18 at T = 4096 against 37.70 (torch.compile 37.23), and 22.13 at T = 2048
+//    against 21.89 (launch_variants_llama3-70b_rms_norm_reload_512x2.log); with the L1 hints alone it had
+//    measured no faster than the vector path (134.0 and 135.2 us at T = 16384 against 134.9 and 134.2).
+//    benchmarks/results/logs/launch_variants_llama3-70b_rms_norm_*.
 //    Like the row path's figures above, these come from bench_launch_variants.py before its rounds took a random
 //    order: in its old fixed order one slot measured up to 7 % fast at T = 1024-4096 whatever its code
 //    (benchmarks/results/logs/launch_variants_order_effect.log), and neither choice was measured again since.
@@ -511,6 +515,12 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     // rms_norm rows of 513-1024 vectors past the row path's wave and within one of 256-thread CTAs: the reload
     // path of the file comment.
     rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x,
+                         weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);
+    return;
+  }
+  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows <= INT32_MAX && rows * 512 > 4 * wave) {
+    // ... and past four waves of 512-thread CTAs: the reload path at 512 threads of two vectors.
+    rl::launch_dependent(rms_norm_reload_kernel<T, 512, 2>, dim3(static_cast<unsigned>(rows)), dim3(512), 0, x,
                          weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);
     return;
   }
