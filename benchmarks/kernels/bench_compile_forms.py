@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from rapid_llm.kernels.inspection.profiling import profile_one_call
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_launch_variants as variants  # noqa: E402  (the peer benchmark's loader, shapes and calls)
 
@@ -77,12 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, impl in (("K", ours), ("compile_dynamic", dynamic), ("compile_static", static[t])):
                 state = bp._clone(master[t])
                 impl(state)
-                torch.cuda.synchronize()
-                torch.cuda.profiler.start()
-                with torch.cuda.nvtx.range(f"{a.op} T={t} {name}"):
-                    impl(state)
-                torch.cuda.synchronize()
-                torch.cuda.profiler.stop()
+                profile_one_call(impl, f"{a.op} T={t} {name}", state)
                 print(f"profiled {a.op} T={t} {name}", flush=True)
         return 0
     timer = bp.GpuTimer("cuda", 40)

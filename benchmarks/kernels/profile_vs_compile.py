@@ -31,6 +31,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.bench.ops import make_args
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.inspection.profiling import profile_one_call
 from rapid_llm.kernels.ops.norm import rms_norm_reference
 from rapid_llm.kernels.registry import spec
 
@@ -129,12 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for _ in range(3):
                     fn(*call_args, **kwargs)
                 chosen = K.explain(op, *call_args).chosen.name if label.startswith("K.") else label
-                torch.cuda.synchronize()
-                torch.cuda.profiler.start()
-                with torch.cuda.nvtx.range(f"{op} T={t} {label}"):
-                    fn(*call_args, **kwargs)
-                torch.cuda.synchronize()
-                torch.cuda.profiler.stop()
+                profile_one_call(fn, f"{op} T={t} {label}", *call_args, **kwargs)
                 print(f"profiled {op} T={t} {label} ({chosen})", flush=True)
     return 0
 

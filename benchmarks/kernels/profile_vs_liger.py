@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import rapid_llm.kernels as K
+from rapid_llm.kernels.inspection.profiling import profile_one_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_launch_variants as variants  # noqa: E402
@@ -58,12 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, fn in impls.items():
                 for _ in range(3):
                     fn(state)
-                torch.cuda.synchronize()
-                torch.cuda.profiler.start()
-                with torch.cuda.nvtx.range(f"{op} T={t} {label}"):
-                    fn(state)
-                torch.cuda.synchronize()
-                torch.cuda.profiler.stop()
+                profile_one_call(fn, f"{op} T={t} {label}", state)
                 print(f"profiled {op} {args.model} T={t} {label}", flush=True)
     return 0
 

@@ -128,3 +128,18 @@ def test_profile_against_compile_puts_inductors_kernel_beside_the_row():
     assert result.problem is None, str(result)
     assert [k.row for k in result.kernels] == ["jit/rms_norm", "torch.compile(native/rms_norm)"]
     assert all(k.time_ns > 0 for k in result.kernels)
+
+
+@pytest.mark.gpu
+def test_profile_one_call_runs_the_call_once_in_the_range_and_returns_its_result():
+    """The benchmark scripts' ncu helper: one call, its result back, the stream drained before and after."""
+    x = torch.arange(8, device="cuda", dtype=torch.float32)
+    calls = []
+
+    def double(t, scale=1.0):
+        calls.append(1)
+        return t * 2 * scale
+
+    got = profiling.profile_one_call(double, "rapid_llm.test|double", x, scale=0.5)
+    assert len(calls) == 1
+    assert torch.equal(got, x)

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from rapid_llm.kernels.platform import cuda_tool
 
 __all__ = ["KernelProfile", "Profile", "profile", "ncu_path", "parse_ncu_csv", "kernel_profiles", "RANGE_PREFIX",
-           "COPY_RANGE", "COMPILE_RANGE", "ncu_problem"]
+           "COPY_RANGE", "COMPILE_RANGE", "ncu_problem", "profile_one_call"]
 
 #: NVTX ranges the child opens around each call: "rapid_llm.profile|<row name>".
 RANGE_PREFIX = "rapid_llm.profile|"
@@ -291,6 +291,20 @@ def profile(target: Any, *inputs: Any, rows: Sequence[str] | None = None, agains
                              + _last_line(proc.stderr + proc.stdout))
     if child:
         result.notes += child.get("notes", [])
+    return result
+
+
+def profile_one_call(fn: Any, range_name: str, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` once inside the profiled range (torch.cuda.profiler start/stop) and an NVTX range of that
+    name: under ``ncu --profile-from-start off`` the report holds this call's kernels only. Warm ``fn`` first."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    with torch.cuda.nvtx.range(range_name):
+        result = fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
     return result
 
 
