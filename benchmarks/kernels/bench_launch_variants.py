@@ -317,6 +317,18 @@ ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "cons
                         "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
 
 
+def rope_decode_cta(threads: int) -> dict[str, str]:
+    """The one-head decode grid in CTAs of about ``threads`` threads (its rounds of heads over more, smaller blocks:
+    more SMs share a decode step's loads); where that grid runs is unchanged."""
+    block = "const dim3 block(static_cast<unsigned>(threads_x), static_cast<unsigned>(threads_y));"
+    small = (block + f"\n    const int small_rounds = static_cast<int>(rl::cdiv(heads, std::max(1, {threads} / threads_x)));"
+             "\n    const dim3 small_block(static_cast<unsigned>(threads_x), static_cast<unsigned>(rl::cdiv(heads, small_rounds)));"
+             "\n    const dim3 small_grid(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 30)),"
+             " static_cast<unsigned>(small_rounds));")
+    call = "one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector, kDecodeHeads>, grid, block)"
+    return {block: small, call: call.replace("grid, block)", "small_grid, small_block)")}
+
+
 def rope_decode_bound(min_blocks: int) -> dict[str, str]:
     """The decode kernel's __launch_bounds__ asking for ``min_blocks`` 256-thread blocks an SM (its register cap)."""
     old = "__launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_decode_kernel("
@@ -422,6 +434,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                              "constexpr int kMinBlocks = 6;": "constexpr int kMinBlocks = 4;"}),
         # the decode kernel held to 40 registers (it takes 48 unbounded: 8 blocks of 160 threads an SM, 10 held)
         ("decode_min6", rope_decode_bound(6)),
+        # the one-head decode grid in smaller CTAs (64 and 128 threads, not 256): more SMs a decode step
+        ("decode_cta64", rope_decode_cta(64)), ("decode_cta128", rope_decode_cta(128)),
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         ("no_position_hop", ROPE_NO_POSITION_HOP),
