@@ -132,7 +132,7 @@ def test_profile_against_compile_puts_inductors_kernel_beside_the_row():
 
 @pytest.mark.gpu
 def test_profile_one_call_runs_the_call_once_in_the_range_and_returns_its_result():
-    """The benchmark scripts' ncu helper: one call, its result back, the stream drained before and after."""
+    """The benchmark scripts' ncu helper calls fn exactly once, with its arguments, and hands back its result."""
     x = torch.arange(8, device="cuda", dtype=torch.float32)
     calls = []
 
