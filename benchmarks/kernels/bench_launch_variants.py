@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
 def norm_reload(threads: int, vecs: int) -> dict[str, str]:
     """The shipped rms_norm_reload_kernel at another CTA shape (``threads`` of ``vecs`` vectors each), at every T
     past the row path's wave rather than within one wave of 256-thread CTAs."""
-    return {RELOAD_LAUNCH: "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024) {\n",
+    return {RELOAD_LAUNCH: "  if (reload_rows) {\n",
             "rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256)":
             f"rl::launch_dependent(rms_norm_reload_kernel<T, {threads}, {vecs}>, dim3(static_cast<unsigned>(rows)), dim3({threads})"}
 
@@ -289,10 +289,9 @@ def row_occupancy(blocks: str) -> dict[str, str]:
 
 
 #: The shipped launch of rms_norm_reload_kernel (rms_norm rows of 513-1024 vectors, one wave of 256-thread CTAs).
-RELOAD_LAUNCH = "  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {\n"
+RELOAD_LAUNCH = "  if (reload_rows && rows * 256 <= wave) {\n"
 #: ... and its launch past four waves of 512-thread CTAs (512 threads of two vectors).
-RELOAD_WIDE_LAUNCH = ("  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows <= INT32_MAX && "
-                      "rows * 512 > 4 * wave) {\n")
+RELOAD_WIDE_LAUNCH = "  if (reload_rows && rows * 512 > 4 * wave) {\n"
 
 
 #: The shipped kernels started as plain launches, not programmatic dependent ones (rl::launch_dependent): a
@@ -434,7 +433,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                              "constexpr int kMinBlocks = 6;": "constexpr int kMinBlocks = 4;"}),
         # the decode kernel held to 40 registers (it takes 48 unbounded: 8 blocks of 160 threads an SM, 10 held)
         ("decode_min6", rope_decode_bound(6)),
-        # the one-head decode grid in smaller CTAs (64 and 128 threads, not 256): more SMs a decode step
+        # the one-head decode grid in smaller CTAs (64 and 128 threads, not 256): more SMs a decode step; on an H200
+        # no lead outside the A/A control's spread (benchmarks/results/logs/launch_variants_rotary_embedding_decode_cta.log)
         ("decode_cta64", rope_decode_cta(64)), ("decode_cta128", rope_decode_cta(128)),
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)

@@ -511,15 +511,15 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     }
     return;
   }
-  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows * 256 <= wave) {
-    // rms_norm rows of 513-1024 vectors past the row path's wave and within one of 256-thread CTAs: the reload
-    // path of the file comment.
+  // rms_norm rows of 513-1024 vectors past the row path's wave: the reload path of the file comment, within one
+  // wave of 256-thread CTAs at 256 threads of four vectors, past four waves of 512-thread CTAs at 512 of two.
+  const bool reload_rows = vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows <= INT32_MAX;
+  if (reload_rows && rows * 256 <= wave) {
     rl::launch_dependent(rms_norm_reload_kernel<T, 256, 4>, dim3(static_cast<unsigned>(rows)), dim3(256), 0, x,
                          weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);
     return;
   }
-  if (vec && !kAdd && fits32 && n_vec > 512 && n_vec <= 1024 && rows <= INT32_MAX && rows * 512 > 4 * wave) {
-    // ... and past four waves of 512-thread CTAs: the reload path at 512 threads of two vectors.
+  if (reload_rows && rows * 512 > 4 * wave) {
     rl::launch_dependent(rms_norm_reload_kernel<T, 512, 2>, dim3(static_cast<unsigned>(rows)), dim3(512), 0, x,
                          weight, out, static_cast<int>(s.x), static_cast<int>(s.out), h, e);
     return;
