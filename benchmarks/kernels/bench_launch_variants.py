@@ -311,6 +311,8 @@ WAVE_ROWS_FASTEST = {
 #: rotary_embedding: the launcher's choice of the decode grid, and the decode kernel's register bound.
 ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 4 * static_cast<int64_t>(rl::sm_count());"
 ROPE_WIDE = "const bool wide = !one_head && vec && tokens < (int64_t{1} << 31);"
+#: ... its lean decode kernel (the variants of the general decode kernel at decode sizes turn it off)
+ROPE_NO_LEAN = {"if (one_head && lean) {": "if (false) {"}
 ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = (t % max_pos) * cache_stride_p;",
                         "if (pos < 0 || pos >= max_pos) continue;": "if (max_pos <= 0) continue;",
                         "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
@@ -332,6 +334,7 @@ def rope_decode_bound(min_blocks: int) -> dict[str, str]:
     """The decode kernel's __launch_bounds__ asking for ``min_blocks`` 256-thread blocks an SM (its register cap)."""
     old = "__launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_decode_kernel("
     return {old: old.replace(": 1)", f": {min_blocks})")}
+
 
 
 #: Every op's control: the shipped source unchanged, built and timed as a variant (an A/A comparison: how far a
@@ -423,8 +426,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("decode_every_t", {ROPE_ONE_HEAD: "const bool one_head = true;"}),
         # the decode kernel at two heads a thread (twice the q/k bytes in flight a thread, half the blocks), at
         # the decode grid's present reach and at every T
-        ("decode_x2", {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;")}),
-        ("decode_x2_every_t", {ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;"),
+        ("decode_x2", {**ROPE_NO_LEAN, ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;")}),
+        ("decode_x2_every_t", {**ROPE_NO_LEAN, ROPE_DECODE_HEADS: ROPE_DECODE_HEADS.replace("= 1;", "= 2;"),
                                ROPE_ONE_HEAD: "const bool one_head = true;"}),
         # the token-looping kernel past the decode grid: two heads' loads in flight a thread, at the present
         # register bound (6 blocks an SM) and at 4
@@ -432,10 +435,14 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("in_flight2_min4", {"constexpr int kHeadsInFlight = 1;": "constexpr int kHeadsInFlight = 2;",
                              "constexpr int kMinBlocks = 6;": "constexpr int kMinBlocks = 4;"}),
         # the decode kernel held to 40 registers (it takes 48 unbounded: 8 blocks of 160 threads an SM, 10 held)
-        ("decode_min6", rope_decode_bound(6)),
+        ("decode_min6", {**ROPE_NO_LEAN, **rope_decode_bound(6)}),
         # the one-head decode grid in smaller CTAs (64 and 128 threads, not 256): more SMs a decode step; on an H200
         # no lead outside the A/A control's spread (benchmarks/results/logs/launch_variants_rotary_embedding_decode_cta.log)
-        ("decode_cta64", rope_decode_cta(64)), ("decode_cta128", rope_decode_cta(128)),
+        ("decode_cta64", {**ROPE_NO_LEAN, **rope_decode_cta(64)}),
+        ("decode_cta128", {**ROPE_NO_LEAN, **rope_decode_cta(128)}),
+        # the one-head decode grid through the general decode kernel (20 parameters over three constant lines, 72
+        # registers), as before the lean kernel
+        ("no_lean", ROPE_NO_LEAN),
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         ("no_position_hop", ROPE_NO_POSITION_HOP),

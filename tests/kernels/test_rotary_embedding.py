@@ -286,6 +286,30 @@ def test_jit_takes_strided_unaligned_and_3d_layouts(jit_rope, dtype, neox):
         assert torch.equal(R.call(jit_rope, positions, q, k, hs, cache, neox), want), label
 
 
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cache_fp32", [True, False])
+@pytest.mark.parametrize("tokens", [9, 3000])
+def test_jit_layouts_the_lean_decode_kernel_leaves(jit_rope, tokens, cache_fp32):
+    """The one-head decode grid runs a lean kernel for contiguous positions and cache rows with q's and k's heads
+    alike apart, and the general decode kernel for the rest: each layout that leaves the lean kernel, at a decode
+    size and past it."""
+    dtype = torch.bfloat16
+    positions, q, k, hs, cache, neox = _case(tokens=tokens, head_size=128, hq=4, hk=2, device="cuda", dtype=dtype,
+                                             cache_dtype=torch.float32 if cache_fp32 else dtype)
+    padded = torch.zeros(cache.shape[0], cache.shape[1] + 8, device="cuda", dtype=cache.dtype)  # 16-byte runs kept
+    padded[:, : cache.shape[1]] = cache
+    spread = torch.zeros(2 * tokens, device="cuda", dtype=positions.dtype)
+    spread[::2] = positions
+    q_far = torch.randn(tokens, 4, 256, device="cuda").to(dtype)[:, :, :128]  # q's heads 256 apart, k's 128
+    cases = {
+        "strided positions": (spread[::2], q, k, hs, cache, neox),
+        "padded cache rows": (positions, q, k, hs, padded[:, : cache.shape[1]], neox),
+        "q and k heads apart differently": (positions, q_far, k.view(tokens, 2, 128), hs, cache, neox),
+    }
+    for label, args in cases.items():
+        assert torch.equal(R.call(jit_rope, *args), R.call(native, *args)), label
+
 @pytest.mark.gpu
 def test_jit_int32_positions_and_out_of_range_tokens(jit_rope):
     positions, q, k, hs, cache, neox = _case(tokens=4, device="cuda", dtype=torch.bfloat16)

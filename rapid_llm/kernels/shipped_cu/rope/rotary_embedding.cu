@@ -33,6 +33,18 @@ constexpr int kMinBlocks = 6;     // blocks per SM the register budget must allo
 // How the kernel reads cos/sin: fp32 or the input dtype, element by element or in 16-byte runs.
 constexpr int kCacheF32 = 0, kCacheT = 1, kCacheVecF32 = 2, kCacheVecT = 3;
 
+// The lean decode kernel's parameters: 64 bytes, one line of the constant cache (see that kernel).
+template <typename T>
+struct LeanDecodeArgs {
+  const void* positions;  // [T], contiguous
+  T* q;
+  T* k;
+  const void* cache;      // [max_pos, 2 * half], contiguous rows
+  int q_stride_t, k_stride_t, stride_h, q_heads;  // elements; q's and k's heads alike apart
+  int heads, half, max_pos, flags;                // flags: kLeanPos64 | kLeanCacheF32
+};
+constexpr int kLeanPos64 = 1, kLeanCacheF32 = 2;
+
 #if RL_DEVICE
 // kN elements of T that travel as one 128-bit access on the vector path (one element otherwise).
 template <typename T, int kN>
@@ -235,6 +247,42 @@ __global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rot
     }
   }
 }
+
+// The one-head decode grid of the kernel above for the layouts decode steps have (16-byte runs, contiguous positions
+// and cache rows, q's and k's heads alike apart, 32-bit strides), with its parameters in one 64-byte constant line
+// rather than 20 over three, and 48 registers rather than 72 (bf16 neox, ptxas for sm_90). Under ncu on an H200
+// (clocks locked at base, Llama-3-8B T = 1 and 16) it ran 3.65 us against 3.81 and 3.78; timed (bf16, cold L2,
+// random round-robin order with an A/A control) 2-5 % faster at T = 1 and 16 at Llama-3-8B and -70B shapes, 1-2 %
+// at T = 128; at -3.2-1B (head size 64) level at T = 1 and 16, 0.9-1.6 % slower at T = 128
+// (benchmarks/results/logs/launch_variants_rotary_embedding_lean.log).
+template <typename T, bool kNeox>
+__global__ void __launch_bounds__(kThreads) rotary_embedding_lean_kernel(const LeanDecodeArgs<T> a) {
+  constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
+  const int h = blockIdx.y * blockDim.y + threadIdx.y;
+  const int t = blockIdx.x;
+  if (h >= a.heads) return;
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
+  const int64_t pos = (a.flags & kLeanPos64) ? static_cast<const int64_t*>(a.positions)[t]
+                                             : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
+  T* head = h < a.q_heads ? a.q + static_cast<int64_t>(t) * a.q_stride_t + h * a.stride_h
+                          : a.k + static_cast<int64_t>(t) * a.k_stride_t + (h - a.q_heads) * a.stride_h;
+  const int mode = (a.flags & kLeanCacheF32) ? kCacheVecF32 : kCacheVecT;
+  for (int r = threadIdx.x; r < a.half / kN; r += blockDim.x) {
+    const int first = kNeox ? r * kN : 2 * r * kN;  // as in the kernels above
+    const int second = kNeox ? a.half + r * kN : 2 * r * kN + kN;
+    Run<T, kN> x = load_run<T, kN, true>(head + first, 1);  // before the position is used, as above
+    Run<T, kN> y = load_run<T, kN, true>(head + second, 1);
+    if (pos < 0 || pos >= a.max_pos) return;  // out of range: leave the token, never read outside the cache
+    const int64_t cache_row = pos * (2 * a.half);
+    float c[kN], s[kN];
+    load_cache_run<T, kN>(a.cache, mode, cache_row + r * kN, 1, c);
+    load_cache_run<T, kN>(a.cache, mode, cache_row + a.half + r * kN, 1, s);
+    rotate_run<T, kN, kNeox>(x, y, c, s);
+    store_run<T, kN, true>(head + first, 1, x);
+    store_run<T, kN, true>(head + second, 1, y);
+  }
+}
 #endif
 
 #if RL_HOST
@@ -256,6 +304,9 @@ __global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rot
     T* __restrict__ k, int64_t k_stride_t, int64_t k_stride_h, int64_t k_stride_e,
     const void* __restrict__ cache, int cache_mode, int64_t cache_stride_p, int64_t cache_stride_e,
     int64_t tokens, int q_heads, int k_heads, int half, int64_t max_pos);
+
+template <typename T, bool kNeox>
+__global__ void __launch_bounds__(kThreads) rotary_embedding_lean_kernel(const LeanDecodeArgs<T> a);
 
 namespace {
 
@@ -328,6 +379,10 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const bool vec = half % run == 0 && vector_ok(q, qv, run) && vector_ok(k, kv, run);
     const int runs = static_cast<int>(vec ? half / run : half);
     // A vector run's cos/sin are 16-byte runs too when the cache rows are aligned (half % run == 0 does the rest).
+    // The lean decode kernel's layouts (see it): every offset it forms in 32 bits fits.
+    const bool lean = vec && cache_aligned && positions.stride(0) == 1 && cos_sin_cache.stride(0) == 2 * half &&
+                      qv.stride_h == kv.stride_h && qv.stride_t <= INT32_MAX && kv.stride_t <= INT32_MAX &&
+                      heads * qv.stride_h <= INT32_MAX && cos_sin_cache.size(0) <= INT32_MAX;
     const int cache_mode = vec && cache_aligned ? (cache_fp32 ? kCacheVecF32 : kCacheVecT) : (cache_fp32 ? kCacheF32 : kCacheT);
     // Threads: x over the runs of a head, y over heads, about kThreads in all, heads spread evenly.
     const int threads_x = std::min(runs, kThreads);
@@ -335,8 +390,9 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     const int rounds = static_cast<int>(rl::cdiv(heads, max_y));
     const int threads_y = static_cast<int>(rl::cdiv(heads, rounds));
     const dim3 block(static_cast<unsigned>(threads_x), static_cast<unsigned>(threads_y));
-    // Few tokens: a block per token and round of heads, each thread one head, up to 4 blocks an SM. Past that,
-    // 16-byte runs: the decode kernel again, kWideHeads heads a thread and a token's heads in one block (split
+    // Few tokens: a block per token and round of heads, each thread one head (the lean kernel where the layouts
+    // allow), up to 4 blocks an SM. Past that, 16-byte
+    // runs: the decode kernel again, kWideHeads heads a thread and a token's heads in one block (split
     // over blocks only past kThreads threads), so a thread has three heads' loads in flight and reads cos/sin once
     // for them; its grid has no token loop, a block column per token. Otherwise the token-looping kernel, a
     // block per token (grid-strided), its rounds in each thread. On an H200 (bf16, cold L2, round robin against
@@ -363,6 +419,14 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
       constexpr bool kNeox = decltype(neox)::value, kVector = decltype(vector)::value;
       if constexpr (kVector) {
         if (wide) return go(rotary_embedding_decode_kernel<T, kNeox, kVector, kWideHeads>, wide_grid, wide_block);
+        if (one_head && lean) {
+          const LeanDecodeArgs<T> args{positions.data_ptr(), q.data<T>(), k.data<T>(), cos_sin_cache.data_ptr(),
+                                       static_cast<int>(qv.stride_t), static_cast<int>(kv.stride_t),
+                                       static_cast<int>(qv.stride_h), static_cast<int>(qv.heads), heads, half,
+                                       static_cast<int>(cos_sin_cache.size(0)),
+                                       (pos64 ? kLeanPos64 : 0) | (cache_fp32 ? kLeanCacheF32 : 0)};
+          return rl::launch_dependent(rotary_embedding_lean_kernel<T, kNeox>, grid, block, 0, args);
+        }
       }
       one_head ? go(rotary_embedding_decode_kernel<T, kNeox, kVector, kDecodeHeads>, grid, block)
                : go(rotary_embedding_kernel<T, kNeox, kVector>, grid, block);
