@@ -286,7 +286,6 @@ def test_jit_takes_strided_unaligned_and_3d_layouts(jit_rope, dtype, neox):
         assert torch.equal(R.call(jit_rope, positions, q, k, hs, cache, neox), want), label
 
 
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("cache_fp32", [True, False])
 @pytest.mark.parametrize("tokens", [9, 3000])
@@ -309,6 +308,7 @@ def test_jit_layouts_the_lean_decode_kernel_leaves(jit_rope, tokens, cache_fp32)
     }
     for label, args in cases.items():
         assert torch.equal(R.call(jit_rope, *args), R.call(native, *args)), label
+
 
 @pytest.mark.gpu
 def test_jit_int32_positions_and_out_of_range_tokens(jit_rope):
