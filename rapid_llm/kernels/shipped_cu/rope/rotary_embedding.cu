@@ -395,8 +395,8 @@ void rotary_embedding(rl::Tensor positions, rl::Tensor q, rl::Tensor k, int64_t 
     // allow), up to 4 blocks an SM. Past that, 16-byte runs: the decode kernel again, kWideHeads heads a thread and a
     // token's heads in one block (split over blocks only past kThreads threads), so a thread has three heads' loads
     // in flight and reads cos/sin once for them; its grid has no token loop, a block column per token. Otherwise the
-    // token-looping kernel, a block per token (grid-strided), its rounds in each thread. On an H200 (bf16, cold L2, round robin against
-    // the token loop and the one-head grid in one process; benchmarks/results/logs/launch_variants_rotary_embedding_wide.log)
+    // token-looping kernel, a block per token (grid-strided), its rounds in each thread. On an H200 (bf16, cold L2,
+    // round robin against the token loop and the one-head grid in one process; benchmarks/results/logs/launch_variants_rotary_embedding_wide.log)
     // the wide grid measured 0.4-4.5 % faster than the token loop from T = 4096 at Llama-3-8B, -70B and -3.2-1B
     // shapes, 8 % faster than the one-head grid at -8B T = 1024, 2.5 % at -3.2-1B T = 1024, 3-8 % at -70B
     // T = 256 and 512, and slower at T = 1-128 at all three and at -3.2-1B T = 256 and 512 (hence 4 a SM).
