@@ -336,7 +336,6 @@ def rope_decode_bound(min_blocks: int) -> dict[str, str]:
     return {old: old.replace(": 1)", f": {min_blocks})")}
 
 
-
 #: Every op's control: the shipped source unchanged, built and timed as a variant (an A/A comparison: how far a
 #: variant's slot alone moves its figure against the K and jit columns).
 CONTROL = ("shipped_copy", {})
@@ -445,7 +444,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("no_lean", ROPE_NO_LEAN),
         # cos/sin read at the token's index, not its position: the position -> cos/sin round trip removed (wrong
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
-        ("no_position_hop", ROPE_NO_POSITION_HOP),
+        # (the general decode kernel at decode sizes too: the lean kernel off)
+        ("no_position_hop", {**ROPE_NO_LEAN, **ROPE_NO_POSITION_HOP}),
         # past the decode sizes: the token-looping kernel, as before the wide decode grid; that grid at every T and
         # past 16 blocks an SM of the one-head grid (where it first shipped); at two and four heads a thread
         ("token_loop", {ROPE_WIDE: "const bool wide = false;"}),
