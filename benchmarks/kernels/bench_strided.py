@@ -1,7 +1,7 @@
 """Contiguous vs row-strided inputs: rms_norm, fused_add_rms_norm and silu_and_mul, every row that runs here.
 
     python benchmarks/kernels/bench_strided.py [--tokens 1 16 128 1024 4096 16384] [--hidden 4096] [--dtype bf16]
-                                               [--ops rms_norm ...] [--graph] [--device cuda]
+                                               [--ops rms_norm ...] [--graph] [--compiled] [--device cuda]
 
 The strided arm is how vLLM and FlashInfer test these ops: ``x = randn(T, 2H)[:, :H]``
 (silu_and_mul: ``randn(T, 2 * 2I)[:, :2I]`` with I = H), one row stride over a
@@ -12,7 +12,9 @@ directly (its call path, as bench_op does), and the op itself through dispatch i
 timed as "dispatch -> <row it chose>", which is what a model sees. A last line copies x's
 view into a dense tensor (torch's ``copy_``), with no kernel of this project in it. It was
 meant as the layout's own cost, but it is no bound: on the H200 torch's strided copy reaches
-0.43-0.53 of its dense copy, where every fast row keeps 0.95-0.99.
+0.43-0.53 of its dense copy, where every fast row keeps 0.95-0.99. ``--compiled`` adds
+``torch.compile`` of the native row on both layouts: Inductor's own kernel for the same view,
+a second implementation to tell a row's loss from the layout's.
 
 Timing is rapid_llm.bench's (cold L2, CUDA events, medians). Each arm hands the harness
 its dense buffer and takes its view inside the timed call (both arms alike: ``buf[:, :H]``
@@ -36,7 +38,7 @@ from rapid_llm.bench import bench
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.build.fastpath.binding import plain_launches
 from rapid_llm.kernels.dispatch.dispatcher import explain, resolve
-from rapid_llm.kernels.registry.spec import get_row, rows_for
+from rapid_llm.kernels.registry.spec import get_row, native_row
 
 TOKENS = (1, 16, 128, 1024, 4096, 16384)
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
@@ -115,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also time torch.compile of the native row (Inductor's kernel for each layout)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda; cpu only as a smoke run)")
     parser.add_argument("--pad", type=int, default=0,
                         help="elements added to the strided arm's row stride (2W + pad): whether a ratio follows "
@@ -130,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"contiguous vs row-strided x, H = {args.hidden} {args.dtype} on {platform.device_label(device)}"
           f"{', CUDA graphs' if args.graph else ''}{f', row stride 2W + {args.pad}' if args.pad else ''}; GB/s of the ideal bytes, ratio = strided / contiguous")
     misses, fast = 0, 0
+    compiled: dict[str, Callable[..., Any]] = {}
     for op in args.ops:
         print(f"\n{op}")
         print(f"{'T':>6}  {'row':<40} {'contig GB/s':>11} {'strided GB/s':>12} {'ratio':>6}")
@@ -142,12 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             strided_row = resolve(op, dtype=dtype, device=device, numel=numel, layout="rows").name
             label = contiguous_row if contiguous_row == strided_row else f"{contiguous_row} | {strided_row}"
             arms.append((f"dispatch -> {label}", getattr(K, op)))
+            if args.compiled:
+                if op not in compiled:
+                    compiled[op] = torch.compile(native_row(op).load())
+                arms.append(("torch.compile(native)", compiled[op]))
             for name, fn in arms:
                 gbps = [timed(fn, cases[s], args.graph, f"{name} {'strided' if s else 'contiguous'}")
                         for s in (False, True)]
                 ratio = gbps[1] / gbps[0]
                 mark = "<" if ratio < GOAL else ""
-                if not name.startswith(("native/", "dispatch")):
+                if not name.startswith(("native/", "dispatch", "torch.compile")):
                     fast, misses = fast + 1, misses + bool(mark)
                 print(f"{tokens:>6}  {name:<40} {gbps[0]:>11.1f} {gbps[1]:>12.1f} {ratio:>6.3f}{mark}")
             copies = [copy_of_x(cases[s], args.graph, f"copy of x {'strided' if s else 'contiguous'}")

@@ -79,9 +79,11 @@ def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys, monkeyp
 
 def test_strided_script_times_each_row_and_the_layout_alone(capsys):
     strided = _load("bench_strided")
-    assert strided.main(["--device", "cpu", "--tokens", "1", "3", "--hidden", "64", "--ops", "rms_norm"]) == 0
+    assert strided.main(["--device", "cpu", "--tokens", "1", "3", "--hidden", "64", "--ops", "rms_norm",
+                         "--compiled"]) == 0
     printed = capsys.readouterr().out
-    for line in ("native/rms_norm", "dispatch -> native/rms_norm", "copy of x (the layout alone)"):
+    for line in ("native/rms_norm", "dispatch -> native/rms_norm", "torch.compile(native)",
+                 "copy of x (the layout alone)"):
         assert sum(row.split()[1:2] == line.split()[:1] for row in printed.splitlines()) == 2, printed
     assert "jit/rms_norm                             not run:" in printed
 
