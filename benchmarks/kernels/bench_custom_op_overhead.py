@@ -18,7 +18,9 @@ Every arm runs the same row on the same tensors (the op's bench case, without ``
 * two ops of the same schema in a scratch namespace, registered like the custom op: one whose Python kernel
   is the chosen row itself (the custom op less rapid_llm's dispatcher) and one whose kernel returns a result
   made once, doing no work (torch's boundary alone for this schema). The gap between the second and the first
-  is the row's own cost inside the boundary, beside its cost called directly.
+  is the row's own cost inside the boundary, beside its cost called directly. With ``--cpp-floor``, a third
+  whose kernel is C registered through torch's stable C shim, as the C kernel is, and does no work (hands back
+  its first input, or nothing): the boundary the C kernel itself sits behind, for this schema.
 
 Rounds are interleaved so drift in the machine's state hits every arm alike.
 
@@ -57,8 +59,10 @@ def _custom_op_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return op
 
 
-def _same_schema_arms(name: str, row_call: Callable[..., Any], call_args: tuple) -> dict[str, Callable[..., Any]]:
-    """Ops of ``name``'s schema in a scratch namespace: the row as the kernel, and a kernel that does no work."""
+def _same_schema_arms(name: str, row_call: Callable[..., Any], call_args: tuple,
+                      shim_floor: bool = False) -> dict[str, Callable[..., Any]]:
+    """Ops of ``name``'s schema in a scratch namespace: the row as the kernel, a kernel that does no work, and
+    (``shim_floor``) a C kernel through torch's stable C shim that does no work."""
     schema = custom_ops.schema_for(get_decl(name))
     ready = row_call(*call_args)  # the no-work kernel hands back a result made once
     lib = torch.library.Library("rapid_llm_bench_schema", "FRAGMENT")
@@ -71,8 +75,84 @@ def _same_schema_arms(name: str, row_call: Callable[..., Any], call_args: tuple)
             lib.impl(op_name, kernel, key)
         arms[tag] = getattr(torch.ops.rapid_llm_bench_schema, op_name).default
     _keep.append(lib)
-    return {"torch.ops, same schema, kernel = the row": arms["row"],
-            "torch.ops, same schema, kernel does no work": arms["ready"]}
+    out = {"torch.ops, same schema, kernel = the row": arms["row"],
+           "torch.ops, same schema, kernel does no work": arms["ready"]}
+    if shim_floor:
+        op_name = f"{name}_shim"
+        lib.define(schema.text.replace(name, op_name, 1))
+        why = _shim_noop(schema, op_name)
+        if why:
+            print(f"  (no C shim arm: {why})")
+        else:
+            out["torch.ops, same schema, C shim, no work"] = getattr(torch.ops.rapid_llm_bench_schema,
+                                                                            op_name).default
+    return out
+
+
+#: A kernel through torch's stable C shim (aoti_torch_library_impl), as rapid_llm's C kernel is registered,
+#: that does no work: it frees the tensor handles it was given and leaves the first input as the result.
+_SHIM_NOOP = r"""
+#include <dlfcn.h>
+#include <stdint.h>
+typedef uint64_t SIV;
+static int (*init_impl)(const char*, const char*, const char*, uint32_t, void**);
+static int (*impl)(void*, const char*, void (*)(SIV*, uint64_t, uint64_t));
+static int (*delete_tensor)(void*);
+static char kinds[64];
+static int keep_first;
+static void noop(SIV* stack, uint64_t nargs, uint64_t nout) {
+  for (uint64_t i = keep_first; i < nargs; ++i)
+    if (kinds[i] == 't') delete_tensor((void*)stack[i]);
+  (void)nout;
+}
+int shim_noop(const char* torch_lib, const char* ns, const char* op, const char* key, const char* k, int first) {
+  void* h = dlopen(torch_lib, RTLD_NOW | RTLD_NOLOAD);
+  void* lib = 0;
+  if (!h) return 1;
+  *(void**)&init_impl = dlsym(h, "aoti_torch_library_init_impl");
+  *(void**)&impl = dlsym(h, "aoti_torch_library_impl");
+  *(void**)&delete_tensor = dlsym(h, "aoti_torch_delete_tensor_object");
+  if (!init_impl || !impl || !delete_tensor) return 2;
+  for (int i = 0; i < 63 && k[i]; ++i) kinds[i] = k[i];
+  keep_first = first;
+  if (init_impl(ns, key, "bench_custom_op_overhead", 0, &lib)) return 3;
+  return impl(lib, op, noop) ? 4 : 0;
+}
+"""
+
+
+def _shim_noop(schema: Any, op_name: str) -> str:
+    """Register ``_SHIM_NOOP`` as ``op_name``'s kernel on the bench's device keys; '' or why it could not."""
+    import ctypes
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    kinds = c_kernels.kinds(schema.args)
+    if kinds is None or schema.returns not in ("Tensor", "()") or (schema.returns == "Tensor" and kinds[:1] != "t"):
+        return f"schema {schema.text!r} is not one the C kernel serves"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return "no C compiler"
+    build = Path(tempfile.mkdtemp(prefix="rapid_llm_shim_noop_"))
+    (build / "noop.c").write_text(_SHIM_NOOP)
+    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(build / "noop.c"), "-o", str(build / "noop.so"), "-ldl"],
+                          capture_output=True, text=True)
+    try:
+        if done.returncode:
+            return f"cc failed: {done.stderr.strip()[:200]}"
+        noop = ctypes.CDLL(str(build / "noop.so"))  # mapped: the file can go
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    _keep.append(noop)
+    torch_lib = str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
+    for key in custom_ops.DISPATCH_KEYS:
+        rc = noop.shim_noop(torch_lib.encode(), b"rapid_llm_bench_schema", op_name.encode(), key.encode(),
+                            kinds.encode(), int(schema.returns == "Tensor"))
+        if rc:
+            return f"registering it for {key} failed ({rc})"
+    return ""
 
 
 _keep: list[Any] = []  # the scratch library stays registered while its ops are timed
@@ -86,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--n", type=int, default=500, help="calls per timed round")
     parser.add_argument("--pairs", type=int, default=15, help="interleaved rounds")
-    parser.add_argument("--cpp-floor", action="store_true", help="also time a TORCH_LIBRARY C++ kernel's floor")
+    parser.add_argument("--cpp-floor", action="store_true", help="also time a TORCH_LIBRARY C++ kernel's floor and a no-work C kernel through torch's stable C shim")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = platform.torch_dtype(args.dtype)
@@ -104,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "torch.library.custom_op": _custom_op_arm(args.op, op),
         f"row {row.name} direct": row.call_path(),
         "is_dynamo_compiling()": lambda *a: torch.compiler.is_dynamo_compiling(),
-        **_same_schema_arms(args.op, row.call_path(), call_args),
+        **_same_schema_arms(args.op, row.call_path(), call_args, shim_floor=args.cpp_floor),
     }
     for fn in arms.values():
         fn(*call_args)  # fill caches: the steady state is what a model sees
