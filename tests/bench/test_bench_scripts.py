@@ -73,7 +73,8 @@ def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys, monkeyp
     printed = capsys.readouterr().out
     for arm in ("K.scale", "torch.ops.rapid_llm.scale.default", "torch.library.custom_op", "row native/scale direct",
                 "torch.ops, same schema, kernel = the row", "torch.ops, same schema, kernel does no work",
-                "torch.ops, same schema, C shim, no work", "Python kernel (returns its input)", "aten C++ kernel (mul.Scalar)", "C++ kernel (returns its input)"):
+                "torch.ops, same schema, C shim, no work", "Python kernel (returns its input)",
+                "aten C++ kernel (mul.Scalar)", "C++ kernel (returns its input)"):
         assert arm in printed, printed
 
 
