@@ -111,3 +111,10 @@ def scale_with_persisting_l2(input: torch.Tensor, factor: float, out: torch.Tens
     cu.cuStreamSetAttribute(ctypes.c_void_p(stream), l2_persist.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
                             ctypes.byref(value))
     return torch.mul(input, factor, out=out) if out is not None else input * factor
+
+
+def forget() -> None:
+    """Empty every memo. They are keyed by address, and an address freed by one test is handed to the next
+    test's tensors: a stale entry would then hit where the test means the memo to miss."""
+    for memo in (_by_pointer, _by_content, _reference):
+        memo.clear()
