@@ -1,9 +1,10 @@
 """The C kernel of a custom op: what a call of ``torch.ops.rapid_llm.<op>`` runs on CUDA.
 
 A compiled graph calls the ops through torch's dispatcher, and a kernel written in Python makes that call
-cost the GIL taken back, the arguments boxed into Python objects and a Python frame: on an H200, 2.6-3.9 us
-more than ``K.<op>`` costs an eager caller, where the C kernel costs 1.1-3.2 us more
-(benchmarks/kernels/bench_custom_op_overhead.py; torch.ops' own entry is about 1 us of it). The C kernel
+cost the GIL taken back, the arguments boxed into Python objects and a Python frame: on an H200, 2.6-4.5 us
+more than ``K.<op>`` costs an eager caller, where the C kernel costs 1.1-3.2 us more. That is torch's boundary:
+a C kernel of the same schema doing no work costs 2.3-3.4 us a call through ``torch.ops``, and the C kernel
+costs that plus about what its row costs called directly (benchmarks/kernels/bench_custom_op_overhead.py). The C kernel
 (``fastcall_torch.inc``) runs, with no Python, the launcher that the op's Python kernel chose for an
 earlier call of the same dtype, device, size class and layout. Python still decides: the op's Python
 kernel, registered under its own name (:func:`python_op_name`), serves every call the C kernel has not
