@@ -84,8 +84,7 @@ def _same_schema_arms(name: str, row_call: Callable[..., Any], call_args: tuple,
         if why:
             print(f"  (no C shim arm: {why})")
         else:
-            out["torch.ops, same schema, C shim, no work"] = getattr(torch.ops.rapid_llm_bench_schema,
-                                                                            op_name).default
+            out["torch.ops, same schema, C shim, no work"] = getattr(torch.ops.rapid_llm_bench_schema, op_name).default
     return out
 
 
@@ -137,9 +136,9 @@ def _shim_noop(schema: Any, op_name: str) -> str:
         return "no C compiler"
     build = Path(tempfile.mkdtemp(prefix="rapid_llm_shim_noop_"))
     (build / "noop.c").write_text(_SHIM_NOOP)
-    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(build / "noop.c"), "-o", str(build / "noop.so"), "-ldl"],
-                          capture_output=True, text=True)
     try:
+        done = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(build / "noop.c"), "-o", str(build / "noop.so"),
+                               "-ldl"], capture_output=True, text=True)
         if done.returncode:
             return f"cc failed: {done.stderr.strip()[:200]}"
         noop = ctypes.CDLL(str(build / "noop.so"))  # mapped: the file can go
@@ -166,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--n", type=int, default=500, help="calls per timed round")
     parser.add_argument("--pairs", type=int, default=15, help="interleaved rounds")
-    parser.add_argument("--cpp-floor", action="store_true", help="also time a TORCH_LIBRARY C++ kernel's floor and a no-work C kernel through torch's stable C shim")
+    parser.add_argument("--cpp-floor", action="store_true",
+                        help="also time a TORCH_LIBRARY C++ kernel's floor and a no-work C shim kernel (built here)")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = platform.torch_dtype(args.dtype)
