@@ -313,9 +313,11 @@ ROPE_ONE_HEAD = "const bool one_head = tokens * rounds <= 4 * static_cast<int64_
 ROPE_WIDE = "const bool wide = !one_head && vec && tokens < (int64_t{1} << 31);"
 #: ... its lean decode kernel (the variants of the general decode kernel at decode sizes turn it off)
 ROPE_NO_LEAN = {"if (one_head && lean) {": "if (false) {"}
-ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = (t % max_pos) * cache_stride_p;",
-                        "if (pos < 0 || pos >= max_pos) continue;": "if (max_pos <= 0) continue;",
-                        "if (pos < 0 || pos >= max_pos) return;": "if (max_pos <= 0) return;"}
+#: ... cos/sin read at the token's own row, not its position's (wrong results unless positions are 0..T-1: a
+#: measurement of the positions -> cache round trip; no 64-bit modulo, which an earlier form paid for)
+ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = t * cache_stride_p;",
+                        "if (pos < 0 || pos >= max_pos) continue;": "if (t >= max_pos) continue;",
+                        "if (pos < 0 || pos >= max_pos) return;": "if (t >= max_pos) return;"}
 
 
 def rope_decode_cta(threads: int) -> dict[str, str]:
