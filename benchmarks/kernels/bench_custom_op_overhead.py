@@ -145,7 +145,7 @@ def _shim_noop(schema: Any, op_name: str) -> str:
     finally:
         shutil.rmtree(build, ignore_errors=True)
     _keep.append(noop)
-    torch_lib = str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
+    torch_lib = c_kernels.torch_shim_library()
     for key in custom_ops.DISPATCH_KEYS:
         rc = noop.shim_noop(torch_lib.encode(), b"rapid_llm_bench_schema", op_name.encode(), key.encode(),
                             kinds.encode(), int(schema.returns == "Tensor"))

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["KEYS", "attach", "forget", "learned", "python_op_name", "why_not"]
+__all__ = ["KEYS", "attach", "forget", "learned", "python_op_name", "torch_shim_library", "why_not"]
 
 #: Where a custom op gets a C kernel (the devices JIT launchers run on) when torch can reach one.
 KEYS: tuple[str, ...] = ("CUDA",)
@@ -28,6 +28,11 @@ _KINDS = {"Tensor": "t", "float": "f", "int": "i", "bool": "b"}
 
 _index: dict[str, int] = {}  # op -> its C kernel
 _why_not: dict[str, str] = {}  # op -> why it has none
+
+
+def torch_shim_library() -> str:
+    """The shared library that holds torch's stable C shim (``aoti_torch_*``), which C kernels register through."""
+    return str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
 
 
 def python_op_name(name: str) -> str:
@@ -59,7 +64,7 @@ def attach(lib: torch.library.Library, schema: Any, impl: Callable[..., Any], di
             from rapid_llm.kernels.build.fastpath.binding import fastcall
 
             fast = fastcall()
-            fast.torch_shim(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+            fast.torch_shim(torch_shim_library())
         except Exception as exc:  # no compiler, an older torch: the Python kernel serves, as it always could
             why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
     if why:
