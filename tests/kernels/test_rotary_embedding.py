@@ -323,6 +323,26 @@ def test_jit_int32_positions_and_out_of_range_tokens(jit_rope):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("hq, hk", [(32, 8), (4, 2)])
+def test_jit_leaves_out_of_range_tokens_past_the_decode_sizes(jit_rope, hq, hk):
+    """The wide grid (three heads a thread past the decode sizes) leaves a token whose position is outside the
+    cache as it was, and rotates every other token as the native row does."""
+    positions, q, k, hs, cache, neox = _case(tokens=3000, head_size=128, hq=hq, hk=hk, device="cuda",
+                                             dtype=torch.bfloat16)
+    bad = torch.zeros(3000, dtype=torch.bool, device="cuda")
+    bad[::7] = True
+    wild = positions.clone()
+    wild[::14] = -1
+    wild[7::14] = cache.shape[0]
+    q0, k0 = q.clone(), k.clone()
+    want_q, want_k = q.clone(), k.clone()
+    native(positions, want_q, want_k, hs, cache, neox)
+    jit_rope(wild, q, k, hs, cache, neox)
+    assert torch.equal(q[bad], q0[bad]) and torch.equal(k[bad], k0[bad])
+    assert torch.equal(q[~bad], want_q[~bad]) and torch.equal(k[~bad], want_k[~bad])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("label, args, match", _bad_inputs(), ids=[c[0] for c in _bad_inputs()])
 def test_jit_bad_inputs_raise_naming_the_op(jit_rope, label, args, match):
     args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)

@@ -253,6 +253,38 @@ def test_cuda_row_is_the_native_row_bit_for_bit(jit_row, dtype):
         assert torch.equal(out, native(x)), f"{label}: differs from native/silu_and_mul"
 
 
+def _every_value(dtype: torch.dtype, start: int, count: int) -> torch.Tensor:
+    """The values of ``dtype`` whose bit patterns, read unsigned, are start .. start + count - 1."""
+    bits = {torch.float32: (torch.int32, 32), torch.bfloat16: (torch.int16, 16), torch.float16: (torch.int16, 16)}
+    int_dtype, width = bits[dtype]
+    u = torch.arange(start, start + count, dtype=torch.int64, device="cuda")
+    signed = torch.where(u >= 1 << (width - 1), u - (1 << width), u)
+    return signed.to(int_dtype).view(dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_row_is_the_native_row_at_every_input_value(jit_row, dtype):
+    """At every value a of the dtype (all 2**32 for fp32, in chunks), times b = 1 (an exact product), no output of
+    the wave kernel may differ from torch's in its bits (NaN from NaN aside, whose payload IEEE leaves open): the
+    bit-for-bit claim at every input, not only at random ones, so a cheaper division has to keep it everywhere."""
+    width = 32 if dtype == torch.float32 else 16
+    chunk = min(1 << 26, 1 << width)
+    inner = 1 << 13  # rows of the wave kernel's 16-byte items
+    x = torch.ones(chunk // inner, 2 * inner, dtype=dtype, device="cuda")
+    out = torch.empty(chunk // inner, inner, dtype=dtype, device="cuda")
+    int_dtype = torch.int32 if width == 32 else torch.int16
+    for start in range(0, 1 << width, chunk):
+        x[:, :inner] = _every_value(dtype, start, chunk).view(-1, inner)
+        jit_row(x, out=out)
+        want = native(x)
+        differ = (out.view(int_dtype) != want.view(int_dtype)) & ~(out.isnan() & want.isnan())
+        if differ.any():
+            a = x[:, :inner][differ][:4].tolist()
+            pytest.fail(f"{int(differ.sum())} of the values from bit pattern {start:#x} differ from "
+                        f"native/silu_and_mul, first at a = {a}")
+
+
 @pytest.mark.gpu
 def test_cuda_row_allocates_the_halved_out(jit_row):
     x = _x((3, 4, 2 * 520), torch.bfloat16, torch.device("cuda"))
