@@ -319,6 +319,60 @@ ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "cons
                         "if (pos < 0 || pos >= max_pos) continue;": "if (t >= max_pos) continue;",
                         "if (pos < 0 || pos >= max_pos) return;": "if (t >= max_pos) return;"}
 
+#: ... the wide grid through the lean kernel: that kernel at kWideHeads heads a thread (its 64-byte parameter line and
+#: 32-bit offsets), sent the wide launch where its layouts hold
+ROPE_LEAN_WIDE = {
+    """template <typename T, bool kNeox>
+__global__ void __launch_bounds__(kThreads) rotary_embedding_lean_kernel(const LeanDecodeArgs<T> a) {
+  constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
+  const int h = blockIdx.y * blockDim.y + threadIdx.y;
+  const int t = blockIdx.x;
+  if (h >= a.heads) return;""": """template <typename T, bool kNeox, int kHeads>
+__global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_lean_kernel(
+    const LeanDecodeArgs<T> a) {
+  constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
+  const int h0 = blockIdx.y * blockDim.y + threadIdx.y;
+  const int h_step = gridDim.y * blockDim.y;
+  const int t = blockIdx.x;
+  if (h0 >= a.heads) return;""",
+    """  T* head = h < a.q_heads ? a.q + static_cast<int64_t>(t) * a.q_stride_t + h * a.stride_h
+                          : a.k + static_cast<int64_t>(t) * a.k_stride_t + (h - a.q_heads) * a.stride_h;""":
+    """  auto head = [&](int h) {
+    return h < a.q_heads ? a.q + static_cast<int64_t>(t) * a.q_stride_t + h * a.stride_h
+                         : a.k + static_cast<int64_t>(t) * a.k_stride_t + (h - a.q_heads) * a.stride_h;
+  };""",
+    """    Run<T, kN> x = load_run<T, kN, true>(head + first, 1);  // before the position is used, as above
+    Run<T, kN> y = load_run<T, kN, true>(head + second, 1);""": """    Run<T, kN> x[kHeads], y[kHeads];
+#pragma unroll
+    for (int u = 0; u < kHeads; ++u) {
+      const int h = h0 + u * h_step;
+      if (u == 0 || h < a.heads) {
+        x[u] = load_run<T, kN, true>(head(h) + first, 1);
+        y[u] = load_run<T, kN, true>(head(h) + second, 1);
+      }
+    }""",
+    """    rotate_run<T, kN, kNeox>(x, y, c, s);
+    store_run<T, kN, true>(head + first, 1, x);
+    store_run<T, kN, true>(head + second, 1, y);""": """#pragma unroll
+    for (int u = 0; u < kHeads; ++u) {
+      const int h = h0 + u * h_step;
+      if (u > 0 && h >= a.heads) continue;
+      rotate_run<T, kN, kNeox>(x[u], y[u], c, s);
+      store_run<T, kN, true>(head(h) + first, 1, x[u]);
+      store_run<T, kN, true>(head(h) + second, 1, y[u]);
+    }""",
+    """template <typename T, bool kNeox>
+__global__ void __launch_bounds__(kThreads) rotary_embedding_lean_kernel(const LeanDecodeArgs<T> a);""":
+    """template <typename T, bool kNeox, int kHeads>
+__global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rotary_embedding_lean_kernel(
+    const LeanDecodeArgs<T> a);""",
+    """        if (wide) return go(rotary_embedding_decode_kernel<T, kNeox, kVector, kWideHeads>, wide_grid, wide_block);
+        if (one_head && lean) {""": """        if (wide && !lean) return go(rotary_embedding_decode_kernel<T, kNeox, kVector, kWideHeads>, wide_grid, wide_block);
+        if ((one_head || wide) && lean) {""",
+    "          return rl::launch_dependent(rotary_embedding_lean_kernel<T, kNeox>, grid, block, 0, args);":
+    """          if (wide) return rl::launch_dependent(rotary_embedding_lean_kernel<T, kNeox, kWideHeads>, wide_grid, wide_block, 0, args);
+          return rl::launch_dependent(rotary_embedding_lean_kernel<T, kNeox, 1>, grid, block, 0, args);""",
+}
 
 def rope_decode_cta(threads: int) -> dict[str, str]:
     """The one-head decode grid in CTAs of about ``threads`` threads (its rounds of heads over more, smaller blocks:
@@ -453,6 +507,9 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         ("token_loop", {ROPE_WIDE: "const bool wide = false;"}),
         ("wide_every_t", {ROPE_WIDE: ROPE_WIDE.replace("!one_head && ", "")}),
         ("wide_past_16_per_sm", {ROPE_ONE_HEAD: ROPE_ONE_HEAD.replace("<= 4 *", "<= 16 *")}),
+        # the wide grid through the lean kernel: 13-17 % slower on an H200, where it spills at the 64-register cap
+        # (benchmarks/results/logs/launch_variants_rotary_embedding_lean_wide.log)
+        ("lean_wide", ROPE_LEAN_WIDE),
         ("wide_x2", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 2;"}),
         ("wide_x4", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 4;",
                      "constexpr int kWideMinBlocks = 4;": "constexpr int kWideMinBlocks = 3;"}),
