@@ -373,6 +373,70 @@ __global__ void __launch_bounds__(kThreads, kHeads > 1 ? kWideMinBlocks : 1) rot
     """          if (wide) return rl::launch_dependent(rotary_embedding_lean_kernel<T, kNeox, kWideHeads>, wide_grid, wide_block, 0, args);
           return rl::launch_dependent(rotary_embedding_lean_kernel<T, kNeox, 1>, grid, block, 0, args);""",
 }
+#: ... past the decode sizes with the lean kernel's layouts, a block a token whose threads take q's heads and k's apart
+#: (two of q's, rows apart, and at most one of k's): a thread's heads sit a fixed step from one base, so its addresses
+#: are a few adds where the decode kernel selects q or k and multiplies 64-bit strides for each head, at loads and
+#: again at stores (ncu on an H200: 2.16 M warp instructions at Llama-3-8B T = 1024 against Liger-Kernel's 1.04 M)
+ROPE_TOKEN_KERNEL = """
+// A block a token (threads (run, row)), q's heads row and row + rows, k's head row: see bench_launch_variants.py.
+template <typename T, bool kNeox>
+__global__ void __launch_bounds__(1024) rotary_embedding_token_kernel(const LeanDecodeArgs<T> a) {
+  constexpr int kN = kVecBytes / static_cast<int>(sizeof(T));
+  const int r = threadIdx.x, row = threadIdx.y, rows = blockDim.y;
+  const int t = blockIdx.x;
+  rl::wait_for_prior_grids();
+  rl::allow_dependent_grids();
+  const int64_t pos = (a.flags & kLeanPos64) ? static_cast<const int64_t*>(a.positions)[t]
+                                             : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
+  const int first = kNeox ? r * kN : 2 * r * kN;
+  const int apart = kNeox ? a.half : kN;  // the run's second 16 bytes, from its first
+  T* const q0 = a.q + static_cast<int64_t>(t) * a.q_stride_t + (row * a.stride_h + first);
+  T* const k0 = a.k + static_cast<int64_t>(t) * a.k_stride_t + (row * a.stride_h + first);
+  auto at = [&](int u) { return u == 2 ? k0 : q0 + u * (rows * a.stride_h); };
+  auto in = [&](int u) { return u == 2 ? row < a.heads - a.q_heads : row + u * rows < a.q_heads; };
+  Run<T, kN> x[3], y[3];
+#pragma unroll
+  for (int u = 0; u < 3; ++u) {
+    if (in(u)) {
+      x[u] = load_run<T, kN, true>(at(u), 1);
+      y[u] = load_run<T, kN, true>(at(u) + apart, 1);
+    }
+  }
+  if (pos < 0 || pos >= a.max_pos) return;
+  const int64_t cache_row = pos * (2 * a.half);
+  float c[kN], s[kN];  // an fp32 cache only (the launcher's condition)
+  load_cache_run<T, kN>(a.cache, kCacheVecF32, cache_row + r * kN, 1, c);
+  load_cache_run<T, kN>(a.cache, kCacheVecF32, cache_row + a.half + r * kN, 1, s);
+#pragma unroll
+  for (int u = 0; u < 3; ++u) {
+    if (!in(u)) continue;
+    rotate_run<T, kN, kNeox>(x[u], y[u], c, s);
+    store_run<T, kN, true>(at(u), 1, x[u]);
+    store_run<T, kN, true>(at(u) + apart, 1, y[u]);
+  }
+}
+#endif
+
+#if RL_HOST"""
+ROPE_TOKEN = {
+    "}\n#endif\n\n#if RL_HOST": "}" + ROPE_TOKEN_KERNEL,
+    "__global__ void __launch_bounds__(kThreads) rotary_embedding_lean_kernel(const LeanDecodeArgs<T> a);":
+    "__global__ void __launch_bounds__(kThreads) rotary_embedding_lean_kernel(const LeanDecodeArgs<T> a);\n"
+    "template <typename T, bool kNeox>\n"
+    "__global__ void __launch_bounds__(1024) rotary_embedding_token_kernel(const LeanDecodeArgs<T> a);",
+    "        if (wide) return go(rotary_embedding_decode_kernel<T, kNeox, kVector, kWideHeads>, wide_grid, wide_block);":
+    """        const int64_t token_rows = std::max(rl::cdiv(qv.heads, 2), kv.heads);
+        if (wide && lean && cache_fp32 && runs * token_rows <= 1024) {
+          const LeanDecodeArgs<T> args{positions.data_ptr(), q.data<T>(), k.data<T>(), cos_sin_cache.data_ptr(),
+                                       static_cast<int>(qv.stride_t), static_cast<int>(kv.stride_t),
+                                       static_cast<int>(qv.stride_h), static_cast<int>(qv.heads), heads, half,
+                                       static_cast<int>(cos_sin_cache.size(0)),
+                                       (pos64 ? kLeanPos64 : 0) | (cache_fp32 ? kLeanCacheF32 : 0)};
+          return rl::launch_dependent(rotary_embedding_token_kernel<T, kNeox>, dim3(static_cast<unsigned>(tokens)),
+                                      dim3(static_cast<unsigned>(runs), static_cast<unsigned>(token_rows)), 0, args);
+        }
+        if (wide) return go(rotary_embedding_decode_kernel<T, kNeox, kVector, kWideHeads>, wide_grid, wide_block);""",
+}
 
 def rope_decode_cta(threads: int) -> dict[str, str]:
     """The one-head decode grid in CTAs of about ``threads`` threads (its rounds of heads over more, smaller blocks:
@@ -510,6 +574,9 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # the wide grid through the lean kernel: 13-17 % slower on an H200, where it spills at the 64-register cap
         # (benchmarks/results/logs/launch_variants_rotary_embedding_lean_wide.log)
         ("lean_wide", ROPE_LEAN_WIDE),
+        # a block a token, q's and k's heads apart: 0.6-2.5 % slower on an H200
+        # (benchmarks/results/logs/launch_variants_rotary_embedding_token_kernel.log)
+        ("token_kernel", ROPE_TOKEN),
         ("wide_x2", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 2;"}),
         ("wide_x4", {"constexpr int kWideHeads = 3;": "constexpr int kWideHeads = 4;",
                      "constexpr int kWideMinBlocks = 4;": "constexpr int kWideMinBlocks = 3;"}),
