@@ -182,7 +182,7 @@ def test_device_pass_instantiates_what_the_host_launches(tmp_path, compiler):
 
 
 def test_rebuild_after_edit_runs_the_new_code_and_unchanged_is_cached(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))  # "not cached" must not hang on an earlier run
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))  # no earlier run has built the edited cell
     src = write_cell(tmp_path / "edited.cu", version=1)
     first = jit.build_jit("edited", src, builder="fast")
     again = jit.build_jit("edited", src, builder="fast")
