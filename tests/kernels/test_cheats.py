@@ -14,6 +14,7 @@ from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.verification.defects import DEFECT_KINDS
 from rapid_llm.kernels.verification.golden import verify
 
+
 @pytest.fixture(autouse=True)
 def _fresh_memos():
     cheat_rows.forget()
