@@ -18,7 +18,8 @@ memset alone, which leaves in L2 what torch.compile's reductions loaded with evi
 0.5-7 % faster at T = 1024-4096 whatever its code; the control variant ``shipped_copy`` (the shipped source
 unchanged, built like every variant) is what showed it (benchmarks/results/logs/launch_variants_order_effect.log).
 There is one copy of the inputs per implementation, and the copies change hands each round (``--inputs rotate``,
-the default; ``--inputs fixed`` keeps one copy each, as before).
+the default; ``--inputs fixed`` keeps one copy each, as before). Each round also times a device-to-device copy of
+the op's bytes (the peer benchmark's roofline, ``copy``), and a second line per T gives every figure against it.
 """
 from __future__ import annotations
 
@@ -280,6 +281,87 @@ NORM_ALIGNED16 = "inline bool aligned16(const void* p)"
 NORM_DECODE_STORE = "    if (kAdd && rows <= rl::sm_count()) {"
 
 
+def norm_split(shares: int) -> dict[str, str]:
+    """rms_norm at few rows (rows x ``shares`` CTAs no more than one CTA an SM): each row's output split over
+    ``shares`` CTAs with no exchange between them. Every CTA reads the whole row of x and sums its squares exactly as
+    the row kernel does (same threads, same order: the same bits out), but loads the weight and stores the output
+    for its own share only, so one SM moves the row once and a share of the rest, not all of it. Not for
+    fused_add_rms_norm: it writes over x and the residual, which the other CTAs of the row may still be reading."""
+    kernel = """// Few rms_norm rows, each row's output split over gridDim.y CTAs that all read the row (a variant).
+template <typename T, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_split_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+                          int out_stride, int hidden, float eps) {
+  __shared__ float partials[kThreads / 32];
+  rl::wait_for_prior_grids();
+  const int64_t row = blockIdx.x;
+  const int n_vec = hidden / Vec<T>::kN;
+  const int share = (n_vec + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y);
+  const int lo = static_cast<int>(blockIdx.y) * share;
+  const int hi = min(n_vec, lo + share);
+  const uint4* x_v = reinterpret_cast<const uint4*>(x + row * x_stride);
+  const uint4* w_v = reinterpret_cast<const uint4*>(weight);
+  uint4* out_v = reinterpret_cast<uint4*>(out + row * out_stride);
+  Vec<T> xv[kVecs], wv[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    *reinterpret_cast<uint4*>(&xv[k]) = i < n_vec ? x_v[i] : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(&wv[k]) = i >= lo && i < hi ? __ldg(w_v + i) : make_uint4(0, 0, 0, 0);
+  }
+  rl::allow_dependent_grids();
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    Vec<T> unused;
+    add_squares<T, false>(xv[k], xv[0], unused, sum_sq);
+  }
+  const float scale = inv_rms(cta_sum<kThreads>(sum_sq, partials), hidden, eps);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    if (i >= lo && i < hi) {
+      const Vec<T> y = normalised<T, false>(xv[k], xv[0], wv[k], scale);
+      out_v[i] = *reinterpret_cast<const uint4*>(&y);
+    }
+  }
+}
+
+"""
+    decl = """template <typename T, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_split_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out, int x_stride,
+                          int out_stride, int hidden, float eps);
+
+"""
+    launch = (f"    if (!kAdd && n_vec > 128 && n_vec <= 1024 && rows * {shares} <= rl::sm_count()) {{  // the variant\n"
+              f"      const dim3 split_grid(static_cast<unsigned>(rows), {shares}u);\n"
+              "      if (n_vec <= 256) {\n"
+              "        rl::launch_dependent(rms_norm_split_kernel<T, 128, 2>, split_grid, dim3(128), 0, x, weight, out, x_s, d_s, h, e);\n"
+              "      } else if (n_vec <= 512) {\n"
+              "        rl::launch_dependent(rms_norm_split_kernel<T, 256, 2>, split_grid, dim3(256), 0, x, weight, out, x_s, d_s, h, e);\n"
+              "      } else {\n"
+              "        rl::launch_dependent(rms_norm_split_kernel<T, 512, 2>, split_grid, dim3(512), 0, x, weight, out, x_s, d_s, h, e);\n"
+              "      }\n      return;\n    }\n")
+    return {NORM_GENERIC: kernel + NORM_GENERIC, NORM_ALIGNED16: decl + NORM_ALIGNED16,
+            NORM_DECODE_STORE: launch + NORM_DECODE_STORE}
+
+
+def row_fat(factor: int) -> dict[str, str]:
+    """The norms' row kernel at decode sizes (a CTA an SM at most) with ``factor`` times fewer threads, each holding
+    ``factor`` times the vectors (2 * factor): a shorter reduction (fewer warps to meet) for the same loads in flight."""
+    head = ("void launch_row(int64_t n_vec, dim3 grid, row_in<T, kAdd> xa, const T* weight, T* dst, int x_s, int d_s, int h,\n"
+            "                float e) {\n")
+    body = "  if (grid.x <= static_cast<unsigned>(rl::sm_count())) {  // the variant\n"
+    for lo, hi, threads in [(128, 256, 128), (256, 512, 256), (512, 1024, 512)]:
+        t, v = threads // factor, 2 * factor
+        body += (f"    if (n_vec > {lo} && n_vec <= {hi}) {{\n"
+                 f"      rl::launch_dependent(rms_norm_row_kernel<T, {t}, {v}, kAdd, kStreamOut>, grid, dim3({t}), 0, xa, weight,"
+                 " dst, x_s, d_s, h, e);\n      return;\n    }\n")
+    body += "  }\n"
+    return {head: head + body}
+
+
 def row_occupancy(blocks: str) -> dict[str, str]:
     """The norms' row kernel held to the registers that ``blocks`` CTAs an SM need (``__launch_bounds__``' second
     argument, an expression of kThreads and kVecs): ncu put Inductor's rms_norm kernel at T = 1024 (Llama-3-8B)
@@ -318,6 +400,52 @@ ROPE_NO_LEAN = {"if (one_head && lean) {": "if (false) {"}
 ROPE_NO_POSITION_HOP = {"const int64_t cache_row = pos * cache_stride_p;": "const int64_t cache_row = t * cache_stride_p;",
                         "if (pos < 0 || pos >= max_pos) continue;": "if (t >= max_pos) continue;",
                         "if (pos < 0 || pos >= max_pos) return;": "if (t >= max_pos) return;"}
+
+#: ... each rotated element with one fused multiply-add (x*c - y*s as fma(x, c, -(y*s))), as Liger-Kernel's Triton rope
+#: compiles: one rounding fewer than the numerics contract allows (a measurement of what the contract costs, never a row)
+ROPE_FMA = {"xr = static_cast<T>(__fsub_rn(__fmul_rn(x, c[j]), __fmul_rn(y, s[j])));":
+            "xr = static_cast<T>(__fmaf_rn(x, c[j], -__fmul_rn(y, s[j])));",
+            "yr = static_cast<T>(__fadd_rn(__fmul_rn(y, c[j]), __fmul_rn(x, s[j])));":
+            "yr = static_cast<T>(__fmaf_rn(y, c[j], __fmul_rn(x, s[j])));"}
+
+ROPE_WIDE_LOADS = """    for (int u = 0; u < kHeads; ++u) {  // every head's loads before the position is used
+      const int h = h0 + u * h_step;
+      if (h < heads) {
+        a[u] = load_run<T, kN, kVector>(head(h) + first * elem_stride(h), elem_stride(h));
+        b[u] = load_run<T, kN, kVector>(head(h) + second * elem_stride(h), elem_stride(h));
+      }
+    }
+    if (pos < 0 || pos >= max_pos) return;  // out of range: leave the token, never read outside the cache
+    const int64_t cache_row = pos * cache_stride_p;
+    float c[kN], s[kN];
+    load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(r * kN) * cache_stride_e,
+                          cache_stride_e, c);
+    load_cache_run<T, kN>(cache, cache_mode, cache_row + static_cast<int64_t>(half + r * kN) * cache_stride_e,
+                          cache_stride_e, s);
+"""
+
+
+def rope_cos_after(early: int) -> dict[str, str]:
+    """The wide grid (kHeads > 1) with only ``early`` heads' loads before the position: the cos/sin loads go out as
+    soon as the position is back, ahead of the other heads' loads, which wait for the position too (a zero formed
+    from it; the one-head grids unchanged). The idea: issued after every q/k load of every resident thread, the
+    cos/sin loads queue behind them in the memory system and hold every store back to the end of the reads."""
+    new = ROPE_WIDE_LOADS.replace("for (int u = 0; u < kHeads; ++u) {  // every head's loads before the position is used",
+                                  f"constexpr int kEarly = kHeads > 1 ? {early} : kHeads;\n"
+                                  "    for (int u = 0; u < kEarly; ++u) {")
+    rest = """    const int64_t zero = pos >> 62;  // 0 for any position in range, but the compiler cannot know it
+    asm volatile("" ::: "memory");
+#pragma unroll
+    for (int u = kEarly; u < kHeads; ++u) {
+      const int h = h0 + u * h_step;
+      if (h < heads) {
+        a[u] = load_run<T, kN, kVector>(head(h) + first * elem_stride(h) + zero, elem_stride(h));
+        b[u] = load_run<T, kN, kVector>(head(h) + second * elem_stride(h) + zero, elem_stride(h));
+      }
+    }
+"""
+    return {ROPE_WIDE_LOADS: new + rest}
+
 
 #: ... the wide grid through the lean kernel: that kernel at kWideHeads heads a thread (its 64-byte parameter line and
 #: 32-bit offsets), sent the wide launch where its layouts hold
@@ -530,6 +658,12 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                        "__stcs(out_v + i, *reinterpret_cast<const uint4*>(&y));"}),
         # few rows, a row split across a thread block cluster of 2, 4 or 8 CTAs
         ("cluster2", norm_cluster(2)), ("cluster4", norm_cluster(4)), ("cluster8", norm_cluster(8)),
+        # few rows, each row's output split over 2, 4 or 8 CTAs that each read the whole row (no exchange): level on an
+        # H200 (benchmarks/results/logs/launch_variants_rms_norm_split.log)
+        ("split2", norm_split(2)), ("split4", norm_split(4)), ("split8", norm_split(8)),
+        # decode sizes: the row kernel at half or a quarter of the threads, four or eight vectors each: level or slower
+        # on an H200 (benchmarks/results/logs/launch_variants_norms_row_fat.log)
+        ("row_fat4", row_fat(2)), ("row_fat8", row_fat(4)),
         # the row kernel at two vectors a thread held to 32 registers: 2048 threads an SM (full occupancy)
         ("row_full_occupancy", row_occupancy("kVecs <= 2 ? 2048 / kThreads : 1")),
     ],
@@ -537,7 +671,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
                            ("plain_ld", NORM_PLAIN_LD), ("one_vec_one_wave", ROW_TWO),
                            # at most a CTA per SM: the output stored plainly, as before the streaming store
                            ("plain_store", {"if (kAdd && rows <= rl::sm_count()) {": "if (false) {"}),
-                           ("cluster2", norm_cluster(2)), ("cluster4", norm_cluster(4)), ("cluster8", norm_cluster(8))],
+                           ("cluster2", norm_cluster(2)), ("cluster4", norm_cluster(4)), ("cluster8", norm_cluster(8)),
+                           ("row_fat4", row_fat(2)), ("row_fat8", row_fat(4))],
     "rotary_embedding": [
         PLAIN_LAUNCH,
         ("decode_2_per_sm", {ROPE_ONE_HEAD: ROPE_ONE_HEAD.replace("<= 4 *", "<= 2 *")}),
@@ -566,6 +701,15 @@ VARIANTS: dict[str, list[tuple[str, dict[str, str]]]] = {
         # results unless positions are 0..T-1; a measurement of what that dependent load costs, never a row)
         # (the general decode kernel at decode sizes too: the lean kernel off)
         ("no_position_hop", {**ROPE_NO_LEAN, **ROPE_NO_POSITION_HOP}),
+        # the two things Liger-Kernel's timed call does not pay, one at a time and together: a fused multiply-add
+        # (the numerics contract forbids it) and the position -> cos/sin round trip (its cos/sin come pre-gathered).
+        # On an H200 the first bought nothing, the second most of the T = 1024 gap to Liger
+        # (benchmarks/results/logs/launch_variants_rotary_embedding_fma.log)
+        ("fma", ROPE_FMA),
+        ("fma_no_position_hop", {**ROPE_NO_LEAN, **ROPE_NO_POSITION_HOP, **ROPE_FMA}),
+        # the wide grid's cos/sin loads sent before the other heads' q/k loads: after one head's, two heads', or first;
+        # 0-19 % slower on an H200 (benchmarks/results/logs/launch_variants_rotary_embedding_cos_order.log)
+        ("cos_after_head0", rope_cos_after(1)), ("cos_after_head1", rope_cos_after(2)), ("cos_first", rope_cos_after(0)),
         # past the decode sizes: the token-looping kernel, as before the wide decode grid; that grid at every T and
         # past 16 blocks an SM of the one-head grid (where it first shipped); at two and four heads a thread
         ("token_loop", {ROPE_WIDE: "const bool wide = false;"}),
@@ -828,13 +972,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for t in a.tokens:
             master = fp8_inputs(t) if op == "scaled_fp8_quant" else bp.make_inputs(op, t, "cuda")
             print(f"T={t:5d}: {check_outputs(impls, preps, master)}", flush=True)
+            timed = dict(impls)
+            if op != "scaled_fp8_quant":  # the peer benchmark's roofline: a device copy of the op's bytes
+                src = torch.empty(max(16, bp.bytes_moved(op, t) // 2), dtype=torch.uint8, device="cuda")
+                timed["copy"] = lambda s, _src=src, _dst=torch.empty_like(src): _dst.copy_(_src)
             states = []
-            for _ in impls:  # every implementation's preparation on every copy: any copy serves any of them
+            for _ in timed:  # every implementation's preparation on every copy: any copy serves any of them
                 states.append(bp._clone(master))
                 for prep in preps.values():
                     if prep:
                         prep(states[-1])
-            us = time_round_robin(impls, states, a.rounds, rotate=a.inputs == "rotate", full_flush=a.flush == "full")
+            us = time_round_robin(timed, states, a.rounds, rotate=a.inputs == "rotate", full_flush=a.flush == "full")
             med = {n: statistics.median(v) for n, v in us.items()}
             peers = [med[n] for n in ("compile", "liger") if n in med] or [med["jit"]]
             best = min(peers)
@@ -846,6 +994,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if op == "scaled_fp8_quant":
                 cells.append(f"roofline {t * bp.HIDDEN * 3 / 4249e3:.2f} us")
             print(f"T={t:5d}: " + " | ".join(cells), flush=True)
+            if "copy" in med:
+                print(f"T={t:5d}: against the copy ({med['copy']:.2f} us): "
+                      + " | ".join(f"{n} x{med[n] / med['copy']:.3f}" for n in med if n != "copy"), flush=True)
     return 0
 
 
