@@ -1,7 +1,7 @@
 """LLM ops over token counts: every row against torch.compile of the native row, in one process.
 
     python benchmarks/bench_llm_ops.py [--ops rms_norm silu_and_mul ...] [--tokens 1 16 4096 16384]
-                                       [--dtype bf16] [--results rapid_llm/kernels/results]
+                                       [--dtype bf16] [--results]
 
 For each op that declares ``token_numel`` and each token count T, on the op's
 bench case (the shapes its declaration names):
@@ -30,8 +30,9 @@ op whose bench case sits beside a ``BENCH_VARIANTS`` dict (other shapes, such
 as merge_attn_states at 256 tokens x 16 heads) gets a table per variant, not
 recorded.
 
-``--results DIR`` writes each op's row figures as ``DIR/<op>_<gpu>.json``, the
-committed figures dispatch ranks rows by.
+``--results`` writes each op's row figures into its folder,
+``rapid_llm/kernels/ops/<group>/<op>/figures/<gpu>.json``: committed, they are the figures dispatch ranks
+rows by on that GPU kind, each naming the digest of the code it measured.
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def native_fn(op: str) -> Callable[..., Any]:
 
 
 def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,
-              results_dir: str | None) -> None:
+              results: bool) -> None:
     per_token = spec.get_decl(op).token_numel
     tdtype = platform.torch_dtype(dtype)
     compiled = torch.compile(native_fn(op))
@@ -133,10 +134,8 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
             line += f"  {label}: {host:.2f} / {dev:.2f}, alone {alone:.2f} us;"
         print(line.rstrip(";"))
     measured = [*measured, *bench_forms(op, tokens, dtype, device, repeats, compiled)]
-    if results_dir:
-        out = write_results(op, measured, device,
-                            f"{results_dir}/{op}_{platform.slug(platform.device_label(device))}.json")
-        print(f"wrote {out}")
+    if results:
+        print(f"wrote {write_results(op, measured, device)}")
 
 
 def bench_forms(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,
@@ -206,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--results", help="write each op's row figures to this folder (rapid_llm/kernels/results)")
+    parser.add_argument("--results", action="store_true",
+                        help="write each op's row figures into its folder (ops/<group>/<op>/figures/<gpu>.json)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_llm_ops: needs a CUDA device (torch.compile and the JIT rows are timed on the GPU)")

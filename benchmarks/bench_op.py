@@ -1,15 +1,15 @@
 """Benchmark one op through bench_op: every row that can run here, cold L2, against the copy roofline.
 
     python benchmarks/bench_op.py OP [--sizes 1024 1048576] [--dtypes bf16 fp32] [--rows native/scale ...]
-                                     [--record] [--out rapid_llm/kernels/results/<op>_<gpu>.json]
+                                     [--record] [--results | --out FILE.json]
     python benchmarks/bench_op.py --check-harness
 
 Each row is called through its KernelSpec target on the op's declared bench
 case (never through dispatch, so each figure is the row itself); bytes moved
 come from the case, and the copy roofline is measured by the same harness.
-Rows that cannot run here are listed with the reason. --out writes the
-figures as a results file that, committed under rapid_llm/kernels/results/ (package data), ranks
-rows on every machine of this GPU kind.
+Rows that cannot run here are listed with the reason. --results writes the
+figures into the op's folder (ops/<group>/<op>/figures/<gpu>.json, package data): committed, they rank
+rows on every machine of this GPU kind until a row's code changes. --out writes them elsewhere.
 
 The figures are printed, not recorded, unless --record: this process's
 session ends when it exits, so the one lasting effect of recording is the
@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--graph", action="store_true", help="time through CUDA graphs (no launch overhead)")
     parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=False,
                         help="keep the medians in the local store (ranked by only with RAPID_LLM_LOCAL_MEASUREMENTS=1)")
-    parser.add_argument("--out", type=Path, help="write the figures as a results file (for rapid_llm/kernels/results/)")
+    parser.add_argument("--out", type=Path, help="write the figures to this file")
+    parser.add_argument("--results", action="store_true", help="write the figures into the op's figures/ folder")
     parser.add_argument("--check-harness", action="store_true", help="cold-L2 and run-to-run spread checks only")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -149,9 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        graph=args.graph, repeats=args.repeats)
     roofline = copy_roofline(device)
     print_table(args.op, results, roofline, platform.device_label(device))
-    if args.out:
-        write_results(args.op, results, device, args.out)
-        print(f"wrote {args.out}")
+    if args.out or args.results:
+        print(f"wrote {write_results(args.op, results, device, args.out)}")
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -19,7 +19,7 @@ import torch
 from rapid_llm.kernels.verification import isolate
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.golden import verify
-from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.toolchain.jit_row import JitRow
 from rapid_llm.kernels.registry.spec import KernelSpec
 
 DEFECTS = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "defects"
@@ -36,7 +36,7 @@ CASES = [
 def register(stem: str) -> str:
     fn = f"scale_{stem}"
     spec.register(KernelSpec(name=f"jit/{fn}", op="scale", backend="jit", target=JitRow(DEFECTS / f"{stem}.cu", fn),
-                             available="rapid_llm.kernels.build.jit:available", dtypes=("bf16", "fp16", "fp32"),
+                             available="rapid_llm.kernels.toolchain.jit:available", dtypes=("bf16", "fp16", "fp32"),
                              devices=("cuda",)), replace=True)
     return f"jit/{fn}"
 

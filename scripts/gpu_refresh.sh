@@ -15,12 +15,12 @@ export PYTHONUNBUFFERED=1 RAPID_LLM_CACHE_DIR=${RAPID_LLM_CACHE_DIR:-$(mktemp -d
 log="$out/gpu_run.log"
 say() { echo "=== $*" | tee -a "$log"; }
 say "notebook 01 (promote)"; python scripts/run_notebooks.py notebooks/01_add_jit_kernel.ipynb 2>&1 | grep -v WARNING | tee -a "$log"
-say "bench_op scale"; python benchmarks/bench_op.py scale --out rapid_llm/kernels/results/scale_nvidia_h200.json 2>&1 | tee -a "$log"
+say "bench_op scale"; python benchmarks/bench_op.py scale --out rapid_llm/kernels/ops/elementwise/scale/figures/nvidia_h200.json 2>&1 | tee -a "$log"
 say "notebooks (a fresh build cache, so the stored outputs show real build times)"
 nb_cache=$(mktemp -d -t rapid_llm_nb_XXXX)
-RAPID_LLM_CACHE_DIR=$nb_cache python -c "from rapid_llm.kernels.build.fastpath.builder import warm; warm()"
+RAPID_LLM_CACHE_DIR=$nb_cache python -c "from rapid_llm.kernels.toolchain.fastpath.builder import warm; warm()"
 RAPID_LLM_CACHE_DIR=$nb_cache python scripts/run_notebooks.py notebooks/0*.ipynb 2>&1 | grep -v WARNING | tee -a "$log"
-cp notebooks/0*.ipynb rapid_llm/kernels/results/scale_nvidia_h200.json "$out"/
+cp notebooks/0*.ipynb rapid_llm/kernels/ops/elementwise/scale/figures/nvidia_h200.json "$out"/
 say "nbval"; python -m pytest --nbval notebooks -q -p no:cacheprovider 2>&1 | tail -5 | tee -a "$log"
 say "explain"; python - <<'PY' 2>&1 | tee -a "$log"
 import os, subprocess, sys, tempfile

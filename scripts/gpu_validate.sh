@@ -92,10 +92,10 @@ case $stage in
     step bench_call python benchmarks/jit/bench_call.py
     ;;
   bench)
-    step bench_scale python benchmarks/bench_op.py scale --out rapid_llm/kernels/results/scale_nvidia_h200.json
+    step bench_scale python benchmarks/bench_op.py scale --out rapid_llm/kernels/ops/elementwise/scale/figures/nvidia_h200.json
     step check_harness python benchmarks/bench_op.py --check-harness
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
-    step widgets python -m rapid_llm.notebook.widgets docs/img --results rapid_llm/kernels/results/scale_nvidia_h200.json
+    step widgets python -m rapid_llm.notebook.widgets docs/img --results rapid_llm/kernels/ops/elementwise/scale/figures/nvidia_h200.json
     ;;
   llm)
     step llm_ops python benchmarks/bench_llm_ops.py --results rapid_llm/kernels/results

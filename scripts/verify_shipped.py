@@ -19,12 +19,12 @@ import torch
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.golden import verify
-from rapid_llm.kernels.build.jit_row import JitRow, read_header, write_header
+from rapid_llm.kernels.toolchain.jit_row import JitRow, read_header, write_header
 
 
 def shipped_jit_rows() -> list[str]:
     return sorted(r.name for op in spec.all_ops() for r in spec.rows_for(op)
-                  if isinstance(r.target, JitRow) and r.target.source.is_relative_to(platform.SHIPPED_CU))
+                  if isinstance(r.target, JitRow) and r.target.source.is_relative_to(platform.OPS_DIR))
 
 
 def record(name: str) -> bool:

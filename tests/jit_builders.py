@@ -14,7 +14,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 
 #: Module boilerplate; a test source supplies ``METHODS``, the method table entries.
 PRELUDE = r"""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ("triton", "torch.utils.cpp_extension", "rapid_llm.kernels.build.jit", "matplotlib", "ipywidgets")
+HEAVY = ("triton", "torch.utils.cpp_extension", "rapid_llm.kernels.toolchain.jit", "matplotlib", "ipywidgets")
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -26,7 +26,7 @@ def test_op_lookup_and_explain_on_cpu_stay_light():
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None)\n"
             "import torch, rapid_llm.kernels as K\n"
             "K.scale\nK.explain('scale', torch.ones(8))")
-    assert _loaded_after(code) <= {"rapid_llm.kernels.build.jit"}
+    assert _loaded_after(code) <= {"rapid_llm.kernels.toolchain.jit"}
 
 
 def test_load_ext_imports_no_inspection_profiling_or_sanitizer_code():

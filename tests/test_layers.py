@@ -99,7 +99,7 @@ def test_no_import_cycles():
 FLOORS = {
     "rapid_llm.kernels.platform": 0,
     "rapid_llm.kernels.registry": 1,
-    "rapid_llm.kernels.build": 2,
+    "rapid_llm.kernels.toolchain": 2,
     "rapid_llm.kernels.dispatch": 3,
     "rapid_llm.kernels.verification": 3,
     "rapid_llm.kernels.inspection": 4,
@@ -134,10 +134,10 @@ def test_each_subsystem_imports_only_the_floors_below_it():
 
 def test_string_references_are_edges():
     """The reader sees a lazy reference: the facade's discoverer wiring is an edge down into build."""
-    assert "rapid_llm.kernels.build.jit_row" in _graph()["rapid_llm.kernels"]
+    assert "rapid_llm.kernels.toolchain.jit_row" in _graph()["rapid_llm.kernels"]
 
 
 @pytest.mark.parametrize("module", ["rapid_llm.kernels.dispatch.dispatcher", "rapid_llm.kernels.verification.golden",
-                                    "rapid_llm.kernels.build.jit", "rapid_llm.bench.ops"])
+                                    "rapid_llm.kernels.toolchain.jit", "rapid_llm.bench.ops"])
 def test_the_graph_sees_real_edges(module):
     assert _graph()[module], f"{module} should import something of rapid_llm; the reader is broken"

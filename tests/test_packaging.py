@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels.build.fastpath import binding
+from rapid_llm.kernels.toolchain.fastpath import binding
 from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 
@@ -32,12 +32,14 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_the_wheel_carries_the_shipped_figures_and_sources(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
+    kernels = platform.PACKAGE_DIR / "kernels"
+    assert measurements.committed_results()
     for path in measurements.committed_results():
-        assert f"rapid_llm/kernels/results/{path.name}" in names
-    for path in platform.SHIPPED_CU.rglob("*"):
+        assert f"rapid_llm/kernels/{path.relative_to(kernels).as_posix()}" in names
+    for path in (*platform.OPS_DIR.rglob("*"), *platform.CUDA_INCLUDE.rglob("*")):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            assert f"rapid_llm/kernels/shipped_cu/{path.relative_to(platform.SHIPPED_CU).as_posix()}" in names
-    assert {f"rapid_llm/kernels/build/fastpath/{path.name}" for path in binding.SOURCES} <= names
+            assert f"rapid_llm/kernels/{path.relative_to(kernels).as_posix()}" in names
+    assert {f"rapid_llm/kernels/{path.resolve().relative_to(kernels).as_posix()}" for path in binding.SOURCES} <= names
 
 
 def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_directory(wheel, tmp_path):

@@ -51,7 +51,7 @@ import json, sys, time
 import torch
 if torch.cuda.is_available():
     torch.cuda.init(); torch.empty(1, device="cuda")
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 name, source, builder, twice = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 out = {}
 t0 = time.perf_counter()
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if "fast" in builders:
             results["first_build_on_machine_s"] = first_build(work, cache)
-            from rapid_llm.kernels.build.fastpath.device import nvrtc_library
+            from rapid_llm.kernels.toolchain.fastpath.device import nvrtc_library
 
             nvrtc = nvrtc_library()
             results["fast_device_compiler"] = nvrtc[1] if nvrtc else "nvcc -cubin"

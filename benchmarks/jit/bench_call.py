@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from rapid_llm.bench import bench_host
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 
 HERE = Path(__file__).resolve().parent
 

@@ -39,7 +39,7 @@ import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.toolchain.jit_row import JitRow
 from rapid_llm.kernels.registry import spec as registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,7 +49,7 @@ bp: Any = None  # the peer benchmark's module (main imports it from --peer-bench
 #: --model: (hidden, intermediate, q heads, kv heads, head size)
 MODELS = {"llama3-8b": (4096, 14336, 32, 8, 128), "llama3.2-1b": (2048, 8192, 32, 8, 64),
           "llama3-70b": (8192, 28672, 64, 8, 128)}
-SH = platform.SHIPPED_CU
+SH = platform.CUDA_INCLUDE
 
 NORM_CUH = "norm/rms_norm_kernels.cuh"
 ROPE_DECODE_HEADS = "constexpr int kDecodeHeads = 1;"

@@ -36,7 +36,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.build.fastpath.binding import plain_launches
+from rapid_llm.kernels.toolchain.fastpath.binding import plain_launches
 from rapid_llm.kernels.dispatch.dispatcher import explain, resolve
 from rapid_llm.kernels.registry.spec import get_row, native_row
 

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.toolchain.jit_row import JitRow
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.verification import isolate, worker
@@ -48,7 +48,7 @@ def edited_row(name: str, edit: int, workdir: Path) -> str:
     path.write_text(f"// edit {edit} at {time.time_ns()}\n{text}")
     row = f"jit/{name}_e{edit}"
     spec.register(KernelSpec(name=row, op=op, backend="jit", target=JitRow(path, fn),
-                             available="rapid_llm.kernels.build.jit:available", dtypes=("bf16", "fp16", "fp32"),
+                             available="rapid_llm.kernels.toolchain.jit:available", dtypes=("bf16", "fp16", "fp32"),
                              devices=("cuda",)), replace=True)
     spec.get_row(row).call_path()  # the build, as the cell's run does it
     return row

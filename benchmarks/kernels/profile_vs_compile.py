@@ -32,7 +32,7 @@ import rapid_llm.kernels as K
 from rapid_llm.bench.ops import make_args
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.inspection.profiling import profile_one_call
-from rapid_llm.kernels.ops.norm import rms_norm_reference
+from rapid_llm.kernels.ops.norm.rms_norm import reference as rms_norm_reference
 from rapid_llm.kernels.registry import spec
 
 

@@ -34,7 +34,7 @@ import rapid_llm.kernels as K
 from bench_block import inputs, paired
 from rapid_llm.bench import bench, bench_host
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.build.fastpath.binding import set_dependent_launch
+from rapid_llm.kernels.toolchain.fastpath.binding import set_dependent_launch
 from rapid_llm.models.llama import LLAMA3_8B, LlamaLayer
 
 MODES = {"dependent": True, "plain": False}

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rapid_llm.kernels.build.buildfacts import KernelFacts, Occupancy
+from rapid_llm.kernels.toolchain.buildfacts import KernelFacts, Occupancy
 from rapid_llm.kernels.inspection.sass_diff import SassDiff
 from rapid_llm.kernels.inspection.sass_diff import diff as sass_diff
 

@@ -10,12 +10,13 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, bench_host
-from rapid_llm.kernels.build.fastpath.binding import plain_launches
+from rapid_llm.kernels.toolchain.fastpath.binding import plain_launches
 from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch.dispatcher import explain
 from rapid_llm.kernels.registry.opdecl import CaseArgs
 from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, native_row, rows_for
+from rapid_llm.kernels.toolchain.digests import code_digest
 
 __all__ = ["OpMeasurement", "bench_op", "floor_call", "eligible_rows", "stored_figures", "make_args", "write_results"]
 
@@ -175,15 +176,23 @@ def _graph_us(row: Any, fn: Any, case: CaseArgs, r: BenchResult, device: torch.d
                      label=f"{row.name} (graph)", integrity=False, **case.kwargs).median_us
 
 
+def _code(row: str) -> dict[str, str]:
+    """The figure's note of the code it measured (dispatch ranks a row only by figures of its code now)."""
+    digest = code_digest(get_row(row))
+    return {} if digest is None else {measurements.DIGEST_FIELD: digest}
+
+
 def _record(op: str, row: str, dtype: str, numel: int, r: BenchResult, host_us: float | None = None,
             graph_us: float | None = None) -> None:
-    extra = {k: v for k, v in (("host_us", host_us), ("graph_us", graph_us)) if v is not None}
+    extra = {k: v for k, v in (("host_us", host_us), ("graph_us", graph_us)) if v is not None} | _code(row)
     measurements.record(op, row, r.device, dtype, numel, r.median_us, **stored_figures(r), **extra)
 
 
-def write_results(op: str, results: Sequence[OpMeasurement], device: torch.device | str, out: str | Path) -> Path:
-    """Write ``results`` as a results file: the format of ``rapid_llm/kernels/results/*.json``, which plots read and,
-    committed there, ranks rows on every machine of this GPU kind."""
+def write_results(op: str, results: Sequence[OpMeasurement], device: torch.device | str,
+                  out: str | Path | None = None) -> Path:
+    """Write ``results`` as a figures file, each figure with the digest of the code it measured; by default into
+    the op's folder (``ops/<group>/<op>/figures/<gpu kind>.json``), where, committed, it ranks rows on every
+    machine of this GPU kind until the row's code changes."""
     from rapid_llm.bench.harness import copy_roofline, l2_bytes
 
     device = torch.device(device)
@@ -193,11 +202,11 @@ def write_results(op: str, results: Sequence[OpMeasurement], device: torch.devic
         meta.update(cuda=torch.version.cuda, l2_bytes=l2_bytes(device))
     doc: dict[str, Any] = {"device": platform.device_label(device), "entries": {}, "meta": meta}
     for m in results:
-        extra = {k: v for k, v in (("host_us", m.host_us), ("graph_us", m.graph_us)) if v is not None}
+        extra = {k: v for k, v in (("host_us", m.host_us), ("graph_us", m.graph_us)) if v is not None} | _code(m.row)
         key, entry = measurements.make_entry(measurements.form_key(op, m.form), m.row, m.dtype, m.numel,
                                              m.result.median_us,
                                              **stored_figures(m.result), **extra)
         doc["entries"][key] = entry
-    out = Path(out)
+    out = Path(out) if out is not None else measurements.figures_path(op, doc["device"])
     platform.write_atomic(out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return out

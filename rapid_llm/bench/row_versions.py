@@ -8,7 +8,7 @@ Names say which version, and ``compare`` takes them wherever it takes a row:
   Triton or native row's module file likewise;
 * ``"jit/scale_vec@build:3fa9c1"``: a JIT row's source as the build cache
   kept it, by a prefix of its source digest. Every build keeps the sources it
-  was built from (rapid_llm.kernels.build.cache), so the versions of a
+  was built from (rapid_llm.kernels.toolchain.cache), so the versions of a
   ``%%cuda_jit`` cell that were never committed stay reachable:
   :func:`saved_builds` lists them, newest first.
 
@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.build import cache as build_cache
-from rapid_llm.kernels.build.jit_row import JitRow, source_digest
+from rapid_llm.kernels.toolchain import cache as build_cache
+from rapid_llm.kernels.toolchain.digests import module_file
+from rapid_llm.kernels.toolchain.jit_row import JitRow, source_digest
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
@@ -91,18 +92,7 @@ def digest_of(row: KernelSpec) -> str | None:
 
 
 def _module_file(target: Any) -> Path | None:
-    if not isinstance(target, str):
-        return None
-    module = target.split(":", 1)[0]
-    loaded = sys.modules.get(module)
-    origin = getattr(loaded, "__file__", None)
-    if origin is None:
-        try:
-            found = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            return None
-        origin = found.origin if found is not None else None
-    return Path(origin) if origin and origin.endswith(".py") else None
+    return module_file(target.split(":", 1)[0]) if isinstance(target, str) else None
 
 
 # ---------------------------------------------------------------- resolving a name

@@ -29,8 +29,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "get_decl": ("rapid_llm.kernels.registry.opdecl", "get_decl"),
     "Reference": ("rapid_llm.kernels.registry.opdecl", "Reference"),
     "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
-    "JitRow": ("rapid_llm.kernels.build.jit_row", "JitRow"),
-    "promote": ("rapid_llm.kernels.build.promote", "promote"),
+    "JitRow": ("rapid_llm.kernels.toolchain.jit_row", "JitRow"),
+    "promote": ("rapid_llm.kernels.toolchain.promote", "promote"),
     # dispatch
     "resolve": ("rapid_llm.kernels.dispatch.dispatcher", "resolve"),
     "explain": ("rapid_llm.kernels.dispatch.dispatcher", "explain"),
@@ -48,7 +48,7 @@ __all__ = sorted(_EXPORTS)
 # declared op becomes a torch custom op.
 from rapid_llm.kernels.registry import spec as _registry  # noqa: E402 - after the exports it serves
 
-_registry.add_discoverer("rapid_llm.kernels.build.jit_row:register_cu_rows")
+_registry.add_discoverer("rapid_llm.kernels.toolchain.jit_row:register_cu_rows")
 _registry.on_declare("rapid_llm.kernels.dispatch.custom_ops:register")
 
 

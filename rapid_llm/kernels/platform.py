@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "describe", "shape_str", "torch_dtype", "device_label", "size_bucket", "sm_version",
-    "cache_dir", "project_root", "PACKAGE_DIR", "SHIPPED_CU", "RESULTS", "slug", "cuda_tool", "nvcc_path", "cuda_home", "write_atomic",
+    "cache_dir", "project_root", "PACKAGE_DIR", "OPS_DIR", "CUDA_INCLUDE", "FIGURES", "op_folders", "slug", "cuda_tool", "nvcc_path", "cuda_home", "write_atomic",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
 
@@ -40,11 +40,19 @@ DTYPE_NAMES = {
     "bool": "bool",
 }
 
-#: The installed package, the CUDA sources it ships, and the measured figures it ships (what dispatch ranks
-#: rows by on each GPU kind: package data, so a wheel carries them and no working directory changes them).
+#: The installed package; its ops, one folder each (``ops/<group>/<op>/``: the declaration, reference, rows,
+#: ``.cu`` sources and ``figures/<gpu kind>.json``, package data a wheel carries); and the include root of the
+#: headers every CUDA source may use (``#include "common/rapid_llm.cuh"``).
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-SHIPPED_CU = PACKAGE_DIR / "kernels" / "shipped_cu"
-RESULTS = PACKAGE_DIR / "kernels" / "results"
+OPS_DIR = PACKAGE_DIR / "kernels" / "ops"
+CUDA_INCLUDE = PACKAGE_DIR / "kernels" / "cuda"
+FIGURES = "figures"  # the folder of an op's measured figures, one file per GPU kind
+
+
+def op_folders(root: Path | None = None) -> list[Path]:
+    """Every op folder under ``root`` (default: the package's ops), ``<group>/<op>/``, sorted."""
+    root = OPS_DIR if root is None else root
+    return sorted(p.parent for p in root.glob("*/*/__init__.py"))
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """Turning a cell's build into a dispatch row: which launcher, and the KernelSpec.
 
-The row's target, the out-first call, is a ``rapid_llm.kernels.build.jit_row.JitRow``.
+The row's target, the out-first call, is a ``rapid_llm.kernels.toolchain.jit_row.JitRow``.
 
 A row made here is named ``jit/<NAME>`` and starts golden-unverified, so it
 cannot win dispatch until it has been checked against its baseline. Its
@@ -142,7 +142,7 @@ def register_cell_row(name: str, op: str, *, target: Callable[..., Any], availab
     if old is not None and old.golden.verified and _digests.get(row) == digest:
         golden, kept = old.golden, True
     else:  # verified in an earlier kernel, source unchanged
-        from rapid_llm.kernels.build.jit_row import recall_verification
+        from rapid_llm.kernels.toolchain.jit_row import recall_verification
 
         recalled = recall_verification(digest)
         if recalled is not None and recalled.baseline == golden.baseline:

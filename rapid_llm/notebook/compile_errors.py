@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rapid_llm.kernels.build.cell_lines import cell_line
-from rapid_llm.kernels.build.jit import BuildError
+from rapid_llm.kernels.toolchain.cell_lines import cell_line
+from rapid_llm.kernels.toolchain.jit import BuildError
 
 __all__ = ["CellBuildError", "cell_diagnostics", "first_error"]
 

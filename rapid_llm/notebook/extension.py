@@ -12,7 +12,7 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension", "VERBS"]
 VERBS = {
     "verify": "rapid_llm.kernels.verification.golden:verify",
     "explain": "rapid_llm.kernels.dispatch.dispatcher:explain",
-    "promote": "rapid_llm.kernels.build.promote:promote",
+    "promote": "rapid_llm.kernels.toolchain.promote:promote",
     "inspect": "rapid_llm.kernels.inspection.inspector:inspect",
     "profile": "rapid_llm.kernels.inspection.profiling:profile",
     "bench_op": "rapid_llm.bench.ops:bench_op",

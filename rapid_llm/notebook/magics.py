@@ -2,11 +2,11 @@
 
 The magic only orchestrates; each step lives in its own module:
 workspace (where the cell is saved: ``csrc/``, the cells' workspace, never the
-package's shipped sources), ``rapid_llm.kernels.build.jit`` (the builders, over the
-content-keyed cache of ``rapid_llm.kernels.build.cache``), progress (the elapsed line),
+package's shipped sources), ``rapid_llm.kernels.toolchain.jit`` (the builders, over the
+content-keyed cache of ``rapid_llm.kernels.toolchain.cache``), progress (the elapsed line),
 compile_errors (the compiler's errors at cell line numbers), cell_rows (the
 launcher and the KernelSpec row; the out-first call is
-``rapid_llm.kernels.build.jit_row.JitRow``'s). torch and the toolchain are touched
+``rapid_llm.kernels.toolchain.jit_row.JitRow``'s). torch and the toolchain are touched
 only when a cell runs.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ class CudaJitMagics(Magics):
         help="dtypes of an --op row when the cell gives no --dtypes.",
     ).tag(config=True)
     builder = Unicode(
-        "", help="Build path, a key given to rapid_llm.kernels.build.jit.register_builder (empty: by the source, "
+        "", help="Build path, a key given to rapid_llm.kernels.toolchain.jit.register_builder (empty: by the source, "
                  "'torch' when it includes torch's headers, else 'fast'). --builder overrides it per cell.",
     ).tag(config=True)
 
@@ -135,7 +135,7 @@ class CudaJitMagics(Magics):
             raise UsageError(f"--flags: {exc}") from None
         builder = args.builder or self.builder or None
         if builder is not None:
-            from rapid_llm.kernels.build import jit
+            from rapid_llm.kernels.toolchain import jit
 
             if builder not in jit.builders():
                 raise UsageError(f"unknown builder {builder!r}; registered: {', '.join(jit.builders())}")
@@ -146,8 +146,8 @@ class CudaJitMagics(Magics):
         path = workspace.cell_path(csrc, group, name)
         shown = path.relative_to(csrc.parent).as_posix()
         workspace.write_atomic(path, cell)
-        from rapid_llm.kernels.build import jit
-        from rapid_llm.kernels.build.jit_row import source_digest
+        from rapid_llm.kernels.toolchain import jit
+        from rapid_llm.kernels.toolchain.jit_row import source_digest
 
         digest = source_digest(cell, flags)
 
@@ -171,7 +171,7 @@ class CudaJitMagics(Magics):
         line = f"saved {shown}; not built: {reason}"
         if args.op is not None:
             row = cell_rows.row_name(name)
-            from rapid_llm.kernels.build.jit_row import JitRow
+            from rapid_llm.kernels.toolchain.jit_row import JitRow
 
             probe = cell_rows.not_built(f"not built: {reason}")
             target = JitRow(path, args.fn or name, not_built=f"not built: {reason}", out=args.out)
@@ -189,8 +189,8 @@ class CudaJitMagics(Magics):
     def _compiled_only(self, args: Any, name: str, path: Path, shown: str, digest: str, dtypes: tuple[str, ...],
                        result: Any, status: StatusLine, reason: str) -> None:
         """A cell built where it cannot run (no CUDA device): compiler errors were checked, nothing is bound."""
-        from rapid_llm.kernels.build import jit
-        from rapid_llm.kernels.build.jit_row import JitRow
+        from rapid_llm.kernels.toolchain import jit
+        from rapid_llm.kernels.toolchain.jit_row import JitRow
 
         how = "loaded from cache" if result.cached else f"built in {result.seconds:.1f} s"
         line = (f"{how} for {jit.target_arch_name()} (a compile check: {reason}, so nothing is bound); "
@@ -216,7 +216,7 @@ class CudaJitMagics(Magics):
     def _build(self, args: Any, name: str, path: Path, shown: str, flags: tuple[str, ...],
                builder: str | None, status: StatusLine) -> Any:
         """The jit.BuildResult, or a CellBuildError telling the compiler's errors at cell lines."""
-        from rapid_llm.kernels.build import jit
+        from rapid_llm.kernels.toolchain import jit
 
         verbose = bool(args.verbose)
         captured = None
@@ -293,7 +293,7 @@ class CudaJitMagics(Magics):
             how += f" (the cell took {cell_s:.1f} s: importing torch and starting CUDA)"
         bound = ", ".join(f"{f}()" for f in functions) or "no functions"
         line = f"{how} -> {bound} bound"
-        from rapid_llm.kernels.build.buildfacts import notable
+        from rapid_llm.kernels.toolchain.buildfacts import notable
 
         worth_knowing = notable(getattr(result.module, "__build_facts__", None) or {})
         if worth_knowing:  # spills or low occupancy: said at once; inspect(row) has the rest
@@ -301,12 +301,12 @@ class CudaJitMagics(Magics):
                                                           else "") + "]"
         if launcher is not None:
             row = cell_rows.row_name(name)
-            from rapid_llm.kernels.build.jit_row import JitRow
+            from rapid_llm.kernels.toolchain.jit_row import JitRow
 
             spec, kept = cell_rows.register_cell_row(
                 name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest,
                                                 out=args.out, flags=tuple(flags)),
-                available="rapid_llm.kernels.build.jit:available", dtypes=dtypes,
+                available="rapid_llm.kernels.toolchain.jit:available", dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
                 description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",
             )

@@ -295,7 +295,7 @@ class BenchPlot(_View):
 
     By default it shows the figures dispatch ranks this machine's rows by
     (rapid_llm.kernels.dispatch.measurements.ranked_entries): this session's, the
-    local store's only when opted in, then the committed ``rapid_llm/kernels/results``
+    local store's only when opted in, then the committed ``ops/<group>/<op>/figures``
     of this device kind, each figure named by its source. So a plot never
     shows what does not decide dispatch, such as the local store written by
     an earlier run. Where nothing ranks rows here (a machine without the
@@ -342,7 +342,7 @@ class BenchPlot(_View):
         if path is None:
             return [], {}, name, "ranked"
         doc = measurements.load_file(path)
-        return ([{**e, "source": f"committed {path.name}"} for e in doc["entries"].values() if e["op"] == op],
+        return ([{**e, "source": measurements.committed_label(path)} for e in doc["entries"].values() if e["op"] == op],
                 doc.get("meta", {}), doc["device"], "elsewhere")
 
     @staticmethod
@@ -350,7 +350,7 @@ class BenchPlot(_View):
         """The facts (copy roofline, date) of the first source in dispatch's order that has them."""
         for src in sorted(sources, key=_source_rank):
             if src.startswith("committed "):
-                path = next((p for p in measurements.committed_results() if p.name == src[len("committed "):]), None)
+                path = next((p for p in measurements.committed_results() if measurements.committed_label(p) == src), None)
                 found = measurements.load_file(path).get("meta", {}) if path is not None else {}
             else:  # bench_op keeps the facts of this session's and the local store's figures in the store
                 found = measurements.meta(name)

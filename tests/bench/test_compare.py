@@ -14,7 +14,7 @@ from rapid_llm.bench.build_diff import BuildDiff, KernelDiff, pair_kernels
 from rapid_llm.bench.compare import HEAD, Comparison, CompareError, ShapeResult, Side, compare
 from rapid_llm.bench.launch_config import Launch, parse_trace
 from rapid_llm.bench.paired_stats import FASTER, NO_DIFFERENCE, SLOWER, estimate
-from rapid_llm.kernels.build.buildfacts import KernelFacts, occupancy
+from rapid_llm.kernels.toolchain.buildfacts import KernelFacts, occupancy
 from rapid_llm.kernels.inspection.sass_diff import diff as sass_diff
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, register
 

@@ -12,9 +12,9 @@ import torch
 from rapid_llm.bench import row_versions
 from rapid_llm.bench.compare import compare
 from rapid_llm.bench.row_versions import VersionError, at_commit, from_saved_build, registered, saved_builds, version
-from rapid_llm.kernels.build import cache as build_cache
-from rapid_llm.kernels.build import jit
-from rapid_llm.kernels.build.jit_row import JitRow, source_digest
+from rapid_llm.kernels.toolchain import cache as build_cache
+from rapid_llm.kernels.toolchain import jit
+from rapid_llm.kernels.toolchain.jit_row import JitRow, source_digest
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import KernelSpec, register
 from tests.jit_builders import GccBuilder, answer_source

@@ -21,7 +21,7 @@ from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 @pytest.fixture(autouse=True)
 def serve_interpreter():
     """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
-    from rapid_llm.kernels.build import triton_support
+    from rapid_llm.kernels.toolchain import triton_support
 
     triton_support.serve_interpreter(True)
     yield
@@ -101,7 +101,8 @@ def test_unreadable_results_file_says_what_to_do(tmp_path):
 
 def test_the_shipped_figures_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
     shipped = measurements.committed_results()
-    assert shipped and all(p.parent == platform.RESULTS for p in shipped)  # package data
+    assert shipped and all(p.is_relative_to(platform.OPS_DIR) and p.parent.name == platform.FIGURES
+               for p in shipped)  # package data, in each op's folder
     (tmp_path / "pyproject.toml").write_text("")  # another project, with figures of its own
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "gpu.json").write_text("{}")
@@ -153,12 +154,19 @@ def test_local_store_ranks_only_when_opted_in_and_committed_figures_rank_by_defa
     root = tmp_path / "shipped"
     root.mkdir()
     key, entry = measurements.make_entry("prio", native, "fp32", 4096, 1.0)
-    (root / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": {key: entry}}))
-    monkeypatch.setattr(platform, "RESULTS", root)
+    _commit(root, {key: entry})
+    monkeypatch.setattr(measurements, "COMMITTED_ROOT", root)
     measurements.use_local(None)  # a policy change clears dispatch's cache
     ex = explain("prio", dtype="fp32", device="cpu", numel=4096)
-    assert ex.chosen.name == native and ex.chosen.source == "committed cpu.json"
-    assert "measured figures from: committed cpu.json" in str(ex)
+    assert ex.chosen.name == native and ex.chosen.source == "committed g/prio/figures/cpu.json"
+    assert "measured figures from: committed g/prio/figures/cpu.json" in str(ex)
+
+
+def _commit(root, entries):
+    """Figures as the package ships them: in the op's folder, ``<group>/<op>/figures/<gpu kind>.json``."""
+    folder = root / "g" / "prio" / "figures"
+    folder.mkdir(parents=True)
+    (folder / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": entries}))
 
 
 def test_ranked_entries_are_the_figures_lookup_picks(prio_rows, tmp_path, monkeypatch):
@@ -167,13 +175,13 @@ def test_ranked_entries_are_the_figures_lookup_picks(prio_rows, tmp_path, monkey
     root = tmp_path / "shipped"
     root.mkdir()
     committed = dict(measurements.make_entry("prio", a, "fp32", n, us) for n, us in ((1024, 1.0), (1 << 16, 2.0)))
-    (root / "cpu.json").write_text(json.dumps({"device": "cpu", "entries": committed}))
-    monkeypatch.setattr(platform, "RESULTS", root)
+    _commit(root, committed)
+    monkeypatch.setattr(measurements, "COMMITTED_ROOT", root)
     measurements.record("prio", a, "cpu", "fp32", 1 << 20, 9.0)  # an earlier run's local store
     measurements._session.clear()
     measurements.record("prio", a, "cpu", "fp32", 2048, 3.0)     # this session, next to the committed 1024
     shown = [(source, e["numel"], e["median_us"]) for source, e in measurements.ranked_entries("cpu", "prio")]
-    assert shown == [("this session", 2048, 3.0), ("committed cpu.json", 1 << 16, 2.0)]
+    assert shown == [("this session", 2048, 3.0), ("committed g/prio/figures/cpu.json", 1 << 16, 2.0)]
     measurements.use_local(True)
     try:
         assert [s for s, _ in measurements.ranked_entries("cpu", "prio")][-1].startswith("local store")
@@ -474,3 +482,58 @@ def test_forms_must_be_labelled_bench_cases():
     with pytest.raises(spec.RegistryError, match="forms must map at most 63 labels to bench cases"):
         define_op("badforms", reference=reference, bench=_case, native=lambda x: x, forms={"": _case},
                   form_of=lambda x: None)
+
+
+def test_an_edited_row_is_not_ranked_by_figures_of_its_old_code(tmp_path, monkeypatch):
+    """Each figure names the digest of the code it measured; after an edit (the row's module, or a header a .cu
+    row includes) dispatch ranks the row as unmeasured, and explain names the figure it passed over."""
+    from rapid_llm.kernels.toolchain.digests import code_digest
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
+
+    module = tmp_path / "edited_row_module.py"
+    module.write_text("import torch\n\ndef fast(x, factor, out=None):\n    return torch.mul(x, factor, out=out)\n")
+    header = tmp_path / "shared.cuh"
+    header.write_text("// kernels v1\n")
+    cu = tmp_path / "edited.cu"
+    cu.write_text('#include "shared.cuh"\n// the launcher\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    verified = GoldenRecord(verified=True)
+    rows = [KernelSpec(name="native/edited", op="edited", backend="native", target=_mul, devices=("cpu",)),
+            KernelSpec(name="triton/edited_py", op="edited", backend="triton", target="edited_row_module:fast",
+                       devices=("cpu",), golden=verified, priority=1),
+            KernelSpec(name="jit/edited_cu", op="edited", backend="jit", target=JitRow(cu, "launcher"),
+                       devices=("cpu",), golden=verified, priority=2)]
+    with spec.isolated():
+        declare_op("edited", rows=rows, reference=_REFERENCE, bench=_case)
+        bench_op("edited", sizes=[4096], dtypes=["fp32"], rows=["triton/edited_py"], warmup=1, repeats=3,
+                 device="cpu")  # a real measurement: recorded with the digest of the module it timed
+        row_cu = spec.get_row("jit/edited_cu")
+        measurements.record("edited", "jit/edited_cu", "cpu", "fp32", 4096, 1e6, source_digest=code_digest(row_cu))
+        ex = explain("edited", dtype="fp32", device="cpu", numel=4096)
+        assert ex.chosen.name == "triton/edited_py" and ex.verdict("jit/edited_cu").measured_us == 1e6
+        assert not any(r.ignored for r in ex.rows)
+
+        module.write_text(module.read_text() + "# edited: other code now\n")
+        ex = explain("edited", dtype="fp32", device="cpu", numel=4096)
+        assert ex.verdict("triton/edited_py").measured_us is None
+        assert ex.verdict("triton/edited_py").ignored.startswith("figures of other code ignored (this session:")
+        assert ex.chosen.name == "jit/edited_cu"  # measured, so ranked ahead of the now unmeasured row
+        assert "triton/edited_py: figures of other code ignored" in str(ex)
+
+        before = code_digest(row_cu)
+        header.write_text("// kernels v2\n")  # the .cu file is unchanged; a header it includes is not
+        assert code_digest(row_cu) != before
+        ex = explain("edited", dtype="fp32", device="cpu", numel=4096)
+        assert ex.verdict("jit/edited_cu").measured_us is None and "jit/edited_cu" in str(ex)
+        assert ex.chosen.name == "jit/edited_cu"  # both unmeasured now: static priority decides again
+        assert resolve("edited", dtype="fp32", device="cpu", numel=4096).name == "jit/edited_cu"
+
+
+def test_committed_figures_name_the_code_they_measured():
+    """Every shipped figure names a digest; explain on the shipped ops reads them against the rows' code."""
+    from rapid_llm.kernels.toolchain.digests import code_digest
+
+    for path in measurements.committed_results():
+        for key, entry in measurements.load_file(path)["entries"].items():
+            assert len(entry.get(measurements.DIGEST_FIELD, "")) == 64, f"{path}: {key} names no source digest"
+            assert code_digest(spec.get_row(entry["row"])) is not None, key

@@ -13,7 +13,7 @@ import torch
 
 from rapid_llm.kernels import platform
 
-HEADER = platform.SHIPPED_CU / "common" / "rapid_llm_abi.h"
+HEADER = platform.CUDA_INCLUDE / "common" / "rapid_llm_abi.h"
 
 
 def _c_dtype_names() -> list[str]:

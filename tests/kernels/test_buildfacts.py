@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels.build import buildfacts
+from rapid_llm.kernels.toolchain import buildfacts
 from rapid_llm.kernels.inspection import inspector as inspection
-from rapid_llm.kernels.build.buildfacts import KernelFacts
+from rapid_llm.kernels.toolchain.buildfacts import KernelFacts
 
 SAMPLES = Path(__file__).parent / "samples"
 VEC4, VEC2 = "_Z19rms_norm_vec_kernelIfLi4EEvPT_PKS0_S3_lif", "_Z19rms_norm_vec_kernelIfLi2EEvPT_PKS0_S3_lif"

@@ -408,9 +408,9 @@ def test_decoder_layer_compiles_on_cuda(dtype):
 _AS_INDUCTOR_COMPILES = textwrap.dedent("""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
-    from rapid_llm.kernels.ops.elementwise.scale_triton import _scale_kernel
-    from rapid_llm.kernels.ops.norm.rms_norm_triton import _rms_norm_kernel
-    from rapid_llm.kernels.ops.rope.rotary_embedding_triton import _rope_kernel
+    from rapid_llm.kernels.ops.elementwise.scale.triton import _scale_kernel
+    from rapid_llm.kernels.ops.norm.rms_norm.triton import _rms_norm_kernel
+    from rapid_llm.kernels.ops.rope.rotary_embedding.triton import _rope_kernel
 
     target, fusion = GPUTarget("cuda", 90, 32), {"enable_fp_fusion": True}  # Inductor's defaults
     for dt in ("bf16", "fp16", "fp32"):

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from rapid_llm.kernels.verification import isolate
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.golden import verify
 from rapid_llm.kernels.verification.report import GoldenReport
-from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.toolchain.jit_row import JitRow
 from rapid_llm.kernels.registry.spec import KernelSpec
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
@@ -50,7 +50,7 @@ def jit_row(stem: str) -> str:
     """Register defects/<stem>.cu (launcher scale_<stem>) as a JIT row of scale; its name."""
     fn = f"scale_{stem}"
     spec.register(KernelSpec(name=f"jit/{fn}", op="scale", backend="jit", target=JitRow(DEFECTS / f"{stem}.cu", fn),
-                             available="rapid_llm.kernels.build.jit:available", dtypes=("bf16", "fp16", "fp32"),
+                             available="rapid_llm.kernels.toolchain.jit:available", dtypes=("bf16", "fp16", "fp32"),
                              devices=("cuda",)))
     return f"jit/{fn}"
 

@@ -43,7 +43,7 @@ def triton_row(fn: str) -> str:
     """Register ``fn`` of triton_defects as a Triton row of scale; its name."""
     name = f"triton/{fn}"
     spec.register(KernelSpec(name=name, op="scale", backend="triton", target=f"{TRITON_MODULE}:{fn}",
-                             available="rapid_llm.kernels.build.triton_support:available",
+                             available="rapid_llm.kernels.toolchain.triton_support:available",
                              dtypes=("bf16", "fp16", "fp32"), devices=("cuda", "cpu")))
     return name
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
                                 reason="the fast path needs g++ and the CUDA toolkit's headers (nvcc)")

@@ -18,7 +18,7 @@ from typing import Callable
 import pytest
 import torch
 
-from rapid_llm.kernels.build.fastpath.binding import DEPENDENT_LAUNCH_ENV, plain_launches, set_dependent_launch
+from rapid_llm.kernels.toolchain.fastpath.binding import DEPENDENT_LAUNCH_ENV, plain_launches, set_dependent_launch
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 
@@ -27,7 +27,7 @@ needs_toolchain = pytest.mark.skipif(shutil.which("gcc") is None, reason="the ca
 CHAIN = 8
 
 #: Shipped sources that launch dependently: every kernel they define must wait before it touches memory.
-DEPENDENT_SOURCES = sorted(p for p in platform.SHIPPED_CU.rglob("*.cu*") if "rl::launch_dependent(" in p.read_text())
+DEPENDENT_SOURCES = sorted(p for p in platform.OPS_DIR.rglob("*.cu*") if "rl::launch_dependent(" in p.read_text())
 
 
 def _kernel_bodies(text: str) -> dict[str, str]:
@@ -84,7 +84,7 @@ def test_the_switch_follows_the_environment_and_returns_the_setting_before():
 @pytest.mark.parametrize("env", [None, "0"], ids=["default", "env_off"])
 def test_a_binding_first_loaded_inside_plain_launches_is_plain_there_and_takes_the_default_after(env):
     # A fresh process: this one has loaded the binding already.
-    code = ("from rapid_llm.kernels.build.fastpath import binding\n"
+    code = ("from rapid_llm.kernels.toolchain.fastpath import binding\n"
             "with binding.plain_launches():\n"
             "    inside = binding.set_dependent_launch(False)\n"
             "print(inside, binding.set_dependent_launch(False))\n")

@@ -18,7 +18,7 @@ _ids = itertools.count()
 @pytest.fixture(autouse=True)
 def serve_interpreter():
     """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
-    from rapid_llm.kernels.build import triton_support
+    from rapid_llm.kernels.toolchain import triton_support
 
     triton_support.serve_interpreter(True)
     yield
@@ -442,7 +442,7 @@ def test_get_row_finds_shipped_rows_in_a_fresh_process():
 
 def test_the_interpreter_serves_calls_only_when_asked(monkeypatch):
     """With TRITON_INTERPRET=1 a Triton row can be verified on CPU, but dispatch keeps the floor unless asked."""
-    from rapid_llm.kernels.build import triton_support
+    from rapid_llm.kernels.toolchain import triton_support
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     triton_support.serve_interpreter(None)
@@ -491,7 +491,7 @@ def test_errors_at_the_top_level_are_one_clear_line():
 def test_the_floor_may_serve_a_call_with_a_cheaper_callable_that_computes_the_same(call_impl):
     """scale's floor offers torch.mul itself where it computes exactly what the floor does (no out=, not a
     half type on CPU); with out= the floor's own checks stay in the path."""
-    from rapid_llm.kernels.build import triton_support
+    from rapid_llm.kernels.toolchain import triton_support
 
     triton_support.serve_interpreter(False)  # the floor answers CPU calls here, not Triton's interpreter
     call = dispatch.get_op("scale")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rapid_llm.kernels.build import jit, cache as jit_cache
-from rapid_llm.kernels.build.fastpath import device, symbols
-from rapid_llm.kernels.build.fastpath.builder import FastBuilder
+from rapid_llm.kernels.toolchain import jit, cache as jit_cache
+from rapid_llm.kernels.toolchain.fastpath import device, symbols
+from rapid_llm.kernels.toolchain.fastpath.builder import FastBuilder
 from rapid_llm.notebook.compile_errors import cell_diagnostics
 from tests.reference import assert_close_to_ref, scale_ref
 
@@ -167,14 +167,14 @@ def test_device_pass_instantiates_what_the_host_launches(tmp_path, compiler):
     obj = tmp_path / "host.o"
     import subprocess
 
-    from rapid_llm.kernels.build.fastpath.builder import HOST_FLAGS
+    from rapid_llm.kernels.toolchain.fastpath.builder import HOST_FLAGS
 
-    subprocess.run(["g++", *HOST_FLAGS, f"-I{jit.SHIPPED_CU}", f"-I{jit.SHIPPED_CU / 'common'}", "-c", "-x", "c++", str(src),
+    subprocess.run(["g++", *HOST_FLAGS, f"-I{jit.CUDA_INCLUDE}", f"-I{jit.CUDA_INCLUDE / 'common'}", "-c", "-x", "c++", str(src),
                     "-o", str(obj)], check=True)
     kernels = symbols.launched_kernels(obj)
     assert sorted(k.name_expression for k in kernels) == [
         "fill_kernel", "scale_kernel<__half>", "scale_kernel<__nv_bfloat16>", "scale_kernel<float>"]
-    code = device.compile_device(src, kernels, "sm_90a", ["-O3"], [jit.SHIPPED_CU, jit.SHIPPED_CU / "common"],
+    code = device.compile_device(src, kernels, "sm_90a", ["-O3"], [jit.CUDA_INCLUDE, jit.CUDA_INCLUDE / "common"],
                                  work_dir=tmp_path, compiler=compiler)
     defined = symbols.cubin_functions(code.cubin)
     assert {k.symbol for k in kernels} <= defined

@@ -13,7 +13,7 @@ from rapid_llm.kernels.verification.golden import GoldenError, verify
 from rapid_llm.kernels.registry.opdecl import Reference, declare_op
 from rapid_llm.notebook.tables import golden_html
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
-from rapid_llm.kernels.build.triton_support import interpreting
+from rapid_llm.kernels.toolchain.triton_support import interpreting
 
 HAS_CUDA = torch.cuda.is_available()
 SMALL = (1, 4097)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rapid_llm.kernels.build import jit, cache as jit_cache
+from rapid_llm.kernels.toolchain import jit, cache as jit_cache
 from tests.hang_guard import with_hang_guard
 from tests.jit_builders import GccBuilder, answer_source
 
@@ -58,7 +58,7 @@ def _subprocess_build(src: Path, name: str, cache: Path, builder_args: str) -> l
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from rapid_llm.kernels.build import jit
+        from rapid_llm.kernels.toolchain import jit
         from tests.jit_builders import GccBuilder
         jit.register_builder("test-gcc", GccBuilder({builder_args}))
         result = jit.build_jit({name!r}, {str(src)!r}, extra_cuda_cflags=(), builder="test-gcc")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels.build import jit_row
-from rapid_llm.kernels.build.jit_row import JitRow
+from rapid_llm.kernels.toolchain import jit_row
+from rapid_llm.kernels.toolchain.jit_row import JitRow
 
 
 def _launcher(calls):
@@ -20,7 +20,7 @@ def _launcher(calls):
 @pytest.fixture(params=["compiled", "portable"])
 def bind(request, monkeypatch):
     if request.param == "portable":
-        import rapid_llm.kernels.build.fastpath.binding as binding
+        import rapid_llm.kernels.toolchain.fastpath.binding as binding
 
         def unavailable():
             raise RuntimeError("chosen by the test")

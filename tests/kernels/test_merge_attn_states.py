@@ -18,7 +18,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch import custom_ops
-from rapid_llm.kernels.ops.attention import merge_attn_states_reference as R
+from rapid_llm.kernels.ops.attention.merge_attn_states import reference as R
 from rapid_llm.kernels.registry import spec
 from tests.reference import assert_by_compare_mode
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels.build import jit, jit_row
+from rapid_llm.kernels.toolchain import jit, jit_row
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.golden import verify
 from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
-from rapid_llm.kernels.build.promote import PromoteError, promote
+from rapid_llm.kernels.toolchain.promote import PromoteError, promote
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
@@ -103,7 +103,7 @@ def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_
         promote(row, package=tmp_path / "pkg")
     assert verify(row).passed
     done = promote(row, name="twice", package=tmp_path / "pkg")
-    assert done.row == "jit/twice" and done.path == tmp_path / "pkg" / "kernels" / "shipped_cu" / "demo" / "twice.cu"
+    assert done.row == "jit/twice" and done.path == tmp_path / "pkg" / "kernels" / "ops" / "demo" / "twice" / "twice.cu"
     assert "tests/kernels/test_rows.py" in str(done)
     text = done.path.read_text()
     assert text.startswith(jit_row.HEADER_PREFIX) and text.count("RL_EXPORT(twice)") == 1
@@ -112,7 +112,7 @@ def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_
     # A fresh registry finds the row in the file alone, with its golden record.
     with spec.isolated():
         declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, devices=("cpu",))
-        (found,) = jit_row.register_cu_rows(tmp_path / "pkg" / "kernels" / "shipped_cu")
+        (found,) = jit_row.register_cu_rows(tmp_path / "pkg" / "kernels" / "ops")
         assert found.name == "jit/twice" and found.golden == shipped.golden and found.target.fn == "twice"
     with pytest.raises(PromoteError, match="already exists; pass replace=True"):
         promote(row, name="twice", package=tmp_path / "pkg")
@@ -144,7 +144,7 @@ def test_a_passing_verification_is_remembered_by_source_digest(cell_row):
 
 
 def test_a_cu_row_of_an_undeclared_op_is_not_registered(tmp_path):
-    src = tmp_path / "csrc" / "orphans" / "orphan.cu"
+    src = tmp_path / "csrc" / "orphans" / "orphan" / "orphan.cu"
     src.parent.mkdir(parents=True)
     src.write_text(jit_row.write_header(CELL, {"name": "jit/orphan", "op": "no_such_op", "fn": "twice"}))
     with pytest.warns(RuntimeWarning, match="serves op 'no_such_op', which no op group declares"):
@@ -164,8 +164,7 @@ def test_promote_ships_a_notebook_op_whole_and_a_new_process_finds_it(cell_row, 
     package = tmp_path / "root" / "rapid_llm"
     shutil.copytree(Path(K.__file__).resolve().parent.parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     done = promote(row, name="twice", package=package)
-    assert done.declaration == package / "kernels" / "ops" / "demo" / "twice.py"
-    assert "from rapid_llm.kernels.ops.demo import twice" in (package / "kernels" / "ops" / "demo" / "__init__.py").read_text()
+    assert done.declaration == package / "kernels" / "ops" / "demo" / "twice" / "__init__.py"
     assert "declared in" in str(done)
     code = ("import torch, rapid_llm.kernels as K; print(K.__file__); print(sorted(r.name for r in K.rows_for('twice'))); "
             "print(K.twice(torch.arange(3.0), 1.5).tolist())")
@@ -190,3 +189,30 @@ def test_promote_refuses_an_op_it_cannot_write_out_and_writes_nothing(tmp_path):
     with pytest.raises(spec.RegistryError, match="the native floor is a lambda"):
         promote("jit/thrice_cell", package=tmp_path / "pkg")
     assert not (tmp_path / "pkg").exists()
+
+
+def test_a_promoted_op_has_the_folder_shape_of_a_shipped_one(cell_row, tmp_path):
+    """promote() writes an op folder as the library's are written by hand: the group, one folder per op with
+    __init__.py (DECLARATION), native.py, reference.py and the .cu row; nothing else anywhere."""
+    from rapid_llm.kernels import platform
+
+    row = cell_row()
+    assert verify(row).passed
+    package = tmp_path / "pkg"
+    done = promote(row, name="twice", package=package)
+    folder = package / "kernels" / "ops" / "demo" / "twice"
+    written = sorted(p.relative_to(package).as_posix() for p in package.rglob("*") if p.is_file())
+    assert written == ["kernels/ops/demo/__init__.py", "kernels/ops/demo/twice/__init__.py",
+                       "kernels/ops/demo/twice/native.py", "kernels/ops/demo/twice/reference.py",
+                       "kernels/ops/demo/twice/twice.cu"]
+    assert done.path.parent == folder and platform.op_folders(package / "kernels" / "ops") == [folder]
+    # Every shipped op folder has the same files: the declaration, the floor, the reference, its .cu rows.
+    shipped = platform.op_folders()
+    assert len(shipped) == len([op for op in spec.all_ops() if spec.is_library_decl(op)])
+    for op_folder in (*shipped, folder):
+        names = {p.name for p in op_folder.iterdir() if p.name != "__pycache__"}
+        assert {"__init__.py", "native.py", "reference.py", f"{op_folder.name}.cu"} <= names, (op_folder, names)
+        assert "DECLARATION = define_op(" in (op_folder / "__init__.py").read_text(), op_folder
+    init = (folder / "__init__.py").read_text()
+    assert "from rapid_llm.kernels.ops.demo.twice.native import _native" in init
+    assert "from rapid_llm.kernels.ops.demo.twice.reference import" in init

@@ -172,7 +172,7 @@ def test_rms_norm_writes_into_out(backend):
 
 def test_triton_wide_rows_take_two_passes(monkeypatch):
     """Rows wider than MAX_ONE_PASS are read twice in chunks; force that path on a small row."""
-    triton_mod = pytest.importorskip("rapid_llm.kernels.ops.norm.rms_norm_triton")
+    triton_mod = pytest.importorskip("rapid_llm.kernels.ops.norm.rms_norm.triton")
     row_fn("rms_norm", "triton")
     monkeypatch.setattr(triton_mod, "MAX_ONE_PASS", 64)
     monkeypatch.setattr(triton_mod, "CHUNK", 64)
@@ -180,7 +180,7 @@ def test_triton_wide_rows_take_two_passes(monkeypatch):
     assert_close(triton_mod.rms_norm(x, w, 1e-6), oracle("rms_norm")(x.cpu().double(), w.cpu().double()),
                  torch.float32, "two-pass rms_norm")
     want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double())
-    from rapid_llm.kernels.ops.norm.fused_add_rms_norm_triton import fused_add_rms_norm
+    from rapid_llm.kernels.ops.norm.fused_add_rms_norm.triton import fused_add_rms_norm
 
     fused_add_rms_norm(x, r, w, 1e-6)
     assert_close(torch.cat([r.flatten(), x.flatten()]), want, torch.float32, "two-pass fused_add_rms_norm")

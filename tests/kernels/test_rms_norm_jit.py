@@ -51,7 +51,7 @@ def cuda_randn(*shape, dtype=torch.bfloat16, seed=0):
 
 @pytest.fixture(scope="module")
 def rows():
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     avail = jit.available()
     if not avail:

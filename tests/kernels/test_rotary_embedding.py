@@ -20,8 +20,8 @@ from rapid_llm.kernels.verification.comparison import to64
 # discovery declares its op outside the record that every test's fresh registry is built from.
 spec.all_ops()
 
-from rapid_llm.kernels.ops.rope import rotary_embedding_reference as R  # noqa: E402
-from rapid_llm.kernels.ops.rope.rotary_embedding_native import rotary_embedding as native  # noqa: E402
+from rapid_llm.kernels.ops.rope.rotary_embedding import reference as R  # noqa: E402
+from rapid_llm.kernels.ops.rope.rotary_embedding.native import rotary_embedding as native  # noqa: E402
 from tests.reference import assert_close_to_ref, oracle  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
@@ -241,7 +241,7 @@ def test_reference_sizes_map_to_tokens(n, tokens):
 
 @pytest.fixture(scope="module")
 def jit_rope():
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     avail = jit.available()
     if not avail:

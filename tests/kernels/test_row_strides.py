@@ -162,7 +162,7 @@ def test_triton_rows_refuse_views_without_one_row_stride(op, call, view):
 @pytest.fixture
 def serve_interpreter():
     """On CPU, dispatch sends calls to a Triton row only when asked to (triton_support.serve_interpreter)."""
-    from rapid_llm.kernels.build import triton_support
+    from rapid_llm.kernels.toolchain import triton_support
 
     triton_support.serve_interpreter(True)
     yield
@@ -218,7 +218,7 @@ needs_toolchain = pytest.mark.skipif(shutil.which("g++") is None or shutil.which
 @needs_toolchain
 def test_silu_launcher_checks_the_row_stride_before_the_device():
     """silu_and_mul's launcher checks layout with the shapes, so the fast path built here (no GPU) tests it."""
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     silu = jit.build_jit("silu_and_mul", "activation/silu_and_mul.cu", builder="fast").module.silu_and_mul
     with pytest.raises(ValueError, match=r"^silu_and_mul: x must have a contiguous last dim and one row stride, "

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def jit_scale():
     """Build once; a broken toolchain fails here, fast, with the compiler log."""
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     avail = jit.available()
     if not avail:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels.ops.elementwise.scale_native import scale
+from rapid_llm.kernels.ops.elementwise.scale.native import scale
 from tests.kernels.scale_cases import FACTORS, SIZES, make_input
 from tests.reference import assert_close_to_ref, scale_ref
 

@@ -9,12 +9,12 @@ from rapid_llm.kernels.dispatch.dispatcher import explain
 from tests.kernels.scale_cases import DTYPES, FACTORS, SIZES, make_input
 from tests.reference import assert_close_to_ref, scale_ref
 
-scale_triton = pytest.importorskip("rapid_llm.kernels.ops.elementwise.scale_triton").scale
+scale_triton = pytest.importorskip("rapid_llm.kernels.ops.elementwise.scale.triton").scale
 
 @pytest.fixture(autouse=True)
 def serve_interpreter():
     """These tests use Triton-labelled rows on CPU tensors to check dispatch rules: let them serve."""
-    from rapid_llm.kernels.build import triton_support
+    from rapid_llm.kernels.toolchain import triton_support
 
     triton_support.serve_interpreter(True)
     yield

@@ -22,8 +22,8 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch import custom_ops
-from rapid_llm.kernels.ops.quant import scaled_fp8_quant_reference as R
-from rapid_llm.kernels.ops.quant.scaled_fp8_quant_native import MIN_SCALE
+from rapid_llm.kernels.ops.quant.scaled_fp8_quant import reference as R
+from rapid_llm.kernels.ops.quant.scaled_fp8_quant.native import MIN_SCALE
 from rapid_llm.kernels.registry import spec
 from tests.reference import assert_by_compare_mode
 
@@ -211,7 +211,7 @@ def test_interpreter_fp8_cast_is_still_wrong():
 _COMPILE_FOR_SM90 = textwrap.dedent("""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
-    from rapid_llm.kernels.ops.quant import scaled_fp8_quant_triton as Q
+    from rapid_llm.kernels.ops.quant.scaled_fp8_quant import triton as Q
 
     target = GPUTarget("cuda", 90, 32)
     for dt in ("bf16", "fp16", "fp32"):
@@ -328,7 +328,7 @@ def test_dispatch_and_compile_give_the_floor_within_one_ulp():
 
 def test_a_call_s_form_is_read_from_its_scales_and_never_raises():
     """What dispatch keys on (OpDecl.form_of): each form its own figures; a bad call is the rows' to name."""
-    from rapid_llm.kernels.ops.quant.scaled_fp8_quant_reference import FORMS, dynamic, form_of, static
+    from rapid_llm.kernels.ops.quant.scaled_fp8_quant.reference import FORMS, dynamic, form_of, static
 
     x = torch.randn(3, 256)
     assert form_of(*dynamic(x, 1)) is None  # per token: the form the bench case times

@@ -45,7 +45,7 @@ def _triton():
 
 def _reference():
     spec.get_decl("silu_and_mul")  # the registry imports the group first
-    from rapid_llm.kernels.ops.activation import silu_and_mul_reference
+    from rapid_llm.kernels.ops.activation.silu_and_mul import reference as silu_and_mul_reference
 
     return silu_and_mul_reference
 
@@ -198,7 +198,7 @@ needs_toolchain = pytest.mark.skipif(shutil.which("g++") is None or shutil.which
 @pytest.fixture(scope="module")
 def launcher_module():
     """The shipped .cu built by the fast path (host and device passes); its checks run without a GPU."""
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     return jit.build_jit("silu_and_mul", "activation/silu_and_mul.cu", builder="fast").module
 
@@ -228,7 +228,7 @@ def test_launcher_refuses_mixed_dtypes(launcher_module):
 
 @pytest.fixture(scope="module")
 def jit_row():
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     avail = jit.available()
     if not avail:

@@ -142,7 +142,7 @@ def test_a_group_imported_before_the_first_lookup_is_in_every_fresh_registry():
     import subprocess
     import sys
 
-    code = ("import rapid_llm.kernels.ops.rope.rotary_embedding_reference\n"
+    code = ("import rapid_llm.kernels.ops.rope.rotary_embedding.reference\n"
             "from rapid_llm.kernels.registry import spec\n"
             "with spec.isolated(discover=True):\n"
             "    print('rotary_embedding' in spec.all_ops(), len(spec.rows_for('rotary_embedding')))\n")

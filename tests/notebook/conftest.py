@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels.registry import spec
 from rapid_llm.notebook import cell_rows, magics as magics_module, progress
 from tests.jit_builders import GccBuilder, module_source

@@ -20,7 +20,7 @@ def test_load_ext_imports_nothing_heavy():
     code = ("import sys\n"
             "from IPython.core.interactiveshell import InteractiveShell\n"
             "InteractiveShell.instance().run_line_magic('load_ext', 'rapid_llm')\n"
-            "print(sorted(m for m in ('torch', 'triton', 'torch.utils.cpp_extension', 'rapid_llm.kernels.build.jit')"
+            "print(sorted(m for m in ('torch', 'triton', 'torch.utils.cpp_extension', 'rapid_llm.kernels.toolchain.jit')"
             " if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

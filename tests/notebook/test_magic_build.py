@@ -5,7 +5,7 @@ import pytest
 import torch
 from IPython.core.error import UsageError
 
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels.registry import spec
 from rapid_llm.notebook.compile_errors import CellBuildError
 from tests.jit_builders import module_source
@@ -78,7 +78,7 @@ def test_verification_survives_an_unchanged_rerun_but_not_an_edit(shell, gcc, ca
 
 def test_a_verified_cell_stays_verified_after_a_kernel_restart(shell, gcc, capsys):
     """verify() remembers a passing record by the cell's digest; a new kernel re-running the cell gets it."""
-    from rapid_llm.kernels.build import jit_row
+    from rapid_llm.kernels.toolchain import jit_row
     from rapid_llm.notebook import cell_rows
 
     shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(1))
@@ -163,8 +163,8 @@ def test_fn_picks_the_launcher(shell, gcc):
 
 
 def test_the_status_line_says_what_is_notable_about_the_build(shell, gcc, capsys, monkeypatch):
-    """Spills or occupancy below 50 % (rapid_llm.kernels.build.buildfacts.notable) are said in the cell's one line."""
-    from rapid_llm.kernels.build import buildfacts
+    """Spills or occupancy below 50 % (rapid_llm.kernels.toolchain.buildfacts.notable) are said in the cell's one line."""
+    from rapid_llm.kernels.toolchain import buildfacts
 
     monkeypatch.setattr(buildfacts, "notable", lambda facts, threads=256: ["k: 80 B spill stores, 96 B spill loads "
                                                                             "per thread", "k2: 25% occupancy", "k3"])

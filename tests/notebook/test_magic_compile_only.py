@@ -11,7 +11,7 @@ import shutil
 import pytest
 from IPython.core.error import UsageError
 
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels.registry import spec
 from rapid_llm.notebook.compile_errors import CellBuildError
 from tests.notebook.conftest import NO_GPU

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rapid_llm.kernels.build import jit
+from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels.registry import spec
 from rapid_llm.notebook.compile_errors import CellBuildError
 from tests.hang_guard import with_hang_guard
@@ -183,7 +183,7 @@ def test_fast_cell_build_rerun_edit_errors(shell, magics, capsys):
         with capsys.disabled():
             print(text.rstrip("\n"))
 
-    from rapid_llm.kernels.build.fastpath.builder import warm
+    from rapid_llm.kernels.toolchain.fastpath.builder import warm
 
     times["one-off machine set-up (host support, call binding)"] = _timed(warm)
     marker = f"run {uuid.uuid4().hex}"  # a source no cache has seen: the build is cold

@@ -23,7 +23,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # no project root above: no committed results unless a test makes some
     monkeypatch.setattr(measurements.platform, "PACKAGE_DIR", tmp_path / "pkg")
-    monkeypatch.setattr(measurements.platform, "RESULTS", tmp_path / "results")  # the shipped figures: none
+    monkeypatch.setattr(measurements, "COMMITTED_ROOT", tmp_path / "results")  # the shipped figures: none
     before = {r.name: r for r in spec.rows_for("scale")}
     yield tmp_path
     for row in before.values():
@@ -105,27 +105,30 @@ def test_bench_plot_explains_a_row_by_its_profile_too(tmp_path):
 
 def test_bench_plot_falls_back_to_committed_results_with_gpu_and_date(isolated, monkeypatch):
     root = isolated / "project"
-    (isolated / "results").mkdir()
+    (isolated / "results" / "elementwise" / "scale" / "figures").mkdir(parents=True)
     entry = {"op": "scale", "row": "jit/scale", "dtype": "bf16", "bucket": 29, "numel": 1 << 28,
              "median_us": 349.0, "gbps": 1538.0, "roofline_fraction": 0.37, "measured_at": "2026-11-30T10:00:00Z"}
     doc = {"device": "NVIDIA H200", "entries": {"scale|jit/scale|bf16|29": entry},
            "meta": {"copy_roofline_gbps": 4184.0, "measured_at": "2026-11-30T10:00:00Z"}}
-    (isolated / "results" / "nvidia_h200.json").write_text(json.dumps(doc))
+    (isolated / "results" / "elementwise" / "scale" / "figures" / "nvidia_h200.json").write_text(json.dumps(doc))
     (root / "notebooks").mkdir(parents=True)
     monkeypatch.chdir(root / "notebooks")  # any working directory: the shipped figures are the package's
     monkeypatch.setattr(widgets, "_current_device_name", lambda: "cpu")
     plot = widgets.bench_plot("scale")
-    assert plot.title() == ("scale: NVIDIA H200, measured 2026-11-30 (committed nvidia_h200.json; "
-                            "dispatch on cpu does not rank by them)")
+    assert plot.title() == ("scale: NVIDIA H200, measured 2026-11-30 (committed elementwise/scale/figures/"
+                            "nvidia_h200.json; dispatch on cpu does not rank by them)")
     assert "37%" in str(plot)
 
 
+CPU_FIGURES = "committed elementwise/scale/figures/cpu.json"
+
+
 def _committed(root, device, *entries):
-    """Figures the package ships (the isolated fixture points platform.RESULTS at root/results)."""
-    (root / "results").mkdir(parents=True, exist_ok=True)
+    """Figures the package ships (the isolated fixture points the committed root at root/results)."""
+    (root / "results" / "elementwise" / "scale" / "figures").mkdir(parents=True, exist_ok=True)
     doc = {"device": device, "entries": dict(measurements.make_entry("scale", *e) for e in entries),
            "meta": {"copy_roofline_gbps": 30.0, "measured_at": "2026-11-30T10:00:00Z"}}
-    (root / "results" / f"scale_{device}.json").write_text(json.dumps(doc))
+    (root / "results" / "elementwise" / "scale" / "figures" / f"{device}.json").write_text(json.dumps(doc))
 
 
 def test_bench_plot_shows_what_dispatch_ranks_by_and_where_each_figure_came_from(isolated, monkeypatch):
@@ -135,15 +138,15 @@ def test_bench_plot_shows_what_dispatch_ranks_by_and_where_each_figure_came_from
     measurements._session.clear()                                                   # ...in another process
     plot = widgets.bench_plot("scale", device_name="cpu")
     assert [(e["numel"], e["median_us"], e["source"]) for e in plot.entries] == [
-        (1024, 10.0, "committed scale_cpu.json"), (1 << 20, 100.0, "committed scale_cpu.json")]
+        (1024, 10.0, CPU_FIGURES), (1 << 20, 100.0, CPU_FIGURES)]
     text = str(plot)
-    assert "(committed scale_cpu.json)" in plot.title() and "999" not in text
+    assert f"({CPU_FIGURES})" in plot.title() and "999" not in text
     assert "not shown: 1 figures of an earlier run in the local store" in text
     assert "RAPID_LLM_LOCAL_MEASUREMENTS=1" in plot.to_html()
     measurements.use_local(True)  # opted in: the local figure ranks, and the plot says so
     try:
         local = widgets.bench_plot("scale", device_name="cpu")
-        assert [(e["median_us"], e["source"]) for e in local.entries] == [(10.0, "committed scale_cpu.json"),
+        assert [(e["median_us"], e["source"]) for e in local.entries] == [(10.0, CPU_FIGURES),
                                                                           (999.0, "local store")]
         assert "999.00 us [local]" in str(local) and "figures from: local store (1), committed" in str(local)
     finally:
@@ -152,7 +155,7 @@ def test_bench_plot_shows_what_dispatch_ranks_by_and_where_each_figure_came_from
     measurements.record("scale", "native/scale", "cpu", "fp32", 2048, 7.0)
     now = widgets.bench_plot("scale", device_name="cpu")
     assert [(e["numel"], e["source"]) for e in now.entries] == [(2048, "this session"),
-                                                                (1 << 20, "committed scale_cpu.json")]
+                                                                (1 << 20, CPU_FIGURES)]
     for e in now.entries:  # each figure shown is the one dispatch looks up at its size
         figure = measurements.lookup("scale", e["row"], "cpu", e["dtype"], e["bucket"])
         assert figure.median_us == e["median_us"] and widgets._short(figure.source) == e["source"]

@@ -61,7 +61,7 @@ def attach(lib: torch.library.Library, schema: Any, impl: Callable[..., Any], di
     why = _why(schema, forms) if keys else "no CUDA here"
     if not why:
         try:
-            from rapid_llm.kernels.build.fastpath.binding import fastcall
+            from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
 
             fast = fastcall()
             fast.torch_shim(torch_shim_library())
@@ -112,7 +112,7 @@ def _python_kernel(fast: Any, index: int, impl: Callable[..., Any], dispatcher: 
 def forget() -> None:
     """Every C kernel forgets what it learned (rows, figures or an op changed)."""
     if _index:
-        from rapid_llm.kernels.build.fastpath.binding import fastcall
+        from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
 
         fastcall().torch_forget()
 
@@ -121,7 +121,7 @@ def learned(name: str) -> list[tuple[int, str | None]]:
     """What op ``name``'s C kernel has learned: (key, the launcher's name, or None where Python serves)."""
     if name not in _index:
         return []
-    from rapid_llm.kernels.build.fastpath.binding import fastcall
+    from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
 
     return fastcall().torch_learned(_index[name])
 

@@ -42,6 +42,7 @@ from rapid_llm.kernels.dispatch import measurements, traced
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError, get_row, rows_for
+from rapid_llm.kernels.toolchain.digests import code_digest
 
 __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "dtype_name",
            "get_row", "rows_for"]
@@ -96,6 +97,7 @@ class RowVerdict:
     priority: str
     measured_us: float | None
     source: str | None = None  # where the measured figure came from
+    ignored: str | None = None  # figures of the row's earlier code, passed over (measurements.StaleFigure)
 
     @property
     def measured_text(self) -> str:
@@ -130,7 +132,7 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
         if sm < row.min_sm:
             return f"needs sm_{row.min_sm}+, device is sm_{sm}"
     if row.backend == "triton" and ctx.device.type == "cpu":
-        from rapid_llm.kernels.build import triton_support
+        from rapid_llm.kernels.toolchain import triton_support
 
         if not triton_support.serves_interpreter():
             return triton_support.INTERPRETER_REASON
@@ -138,11 +140,23 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
 
 
 def _measured(row: KernelSpec, ctx: Context) -> measurements.Figure | None:
+    """The row's figure for this call: only one that measured the code the row runs now (its digest)."""
+    digest = code_digest(row)
     figure = measurements.lookup(measurements.form_key(row.op, ctx.form), row.name, ctx.device_name, ctx.dtype,
-                                 ctx.bucket)
+                                 ctx.bucket, digest)
     if figure is None and ctx.form is not None:  # a form without figures ranks as the declared one
-        figure = measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket)
+        figure = measurements.lookup(row.op, row.name, ctx.device_name, ctx.dtype, ctx.bucket, digest)
     return figure
+
+
+def _stale(row: KernelSpec, ctx: Context) -> measurements.StaleFigure | None:
+    """A figure of the row that _measured passed over because the row's code changed since it was measured."""
+    digest = code_digest(row)
+    for key in dict.fromkeys((measurements.form_key(row.op, ctx.form), row.op)):
+        found = measurements.stale(key, row.name, ctx.device_name, ctx.dtype, ctx.bucket, digest)
+        if found is not None:
+            return found
+    return None
 
 
 def _figure(measured: measurements.Figure | None, rule: str) -> float | None:
@@ -475,7 +489,7 @@ def _fast_op_type() -> type | None:
     if _FastOp is not None or portable_reason is not None:
         return _FastOp
     try:
-        from rapid_llm.kernels.build.fastpath.binding import fastcall
+        from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
 
         base = fastcall().Dispatcher
     except Exception as exc:  # no compiler, or a torch without the DLPack exchange API: same answers, slower
@@ -571,6 +585,7 @@ class Explanation:
         sources = sorted({r.source for r in self.rows if r.source})
         if sources:
             lines.append("measured figures from: " + "; ".join(sources))
+        lines += [f"{r.name}: {r.ignored}" for r in self.rows if r.ignored]
         return "\n".join(line.rstrip() for line in lines)
 
     def __repr__(self) -> str:
@@ -617,6 +632,8 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
         else:
             verdicts.append(RowVerdict(row.name, row.backend, "outranked",
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
+    verdicts = [dataclasses.replace(v, ignored=str(stale)) if reason is None and (stale := _stale(row, ctx)) else v
+                for v, (row, reason, _) in zip(verdicts, evaluated)]
     return Explanation(op, ctx, tuple(verdicts))
 
 

@@ -2,7 +2,7 @@
 
 Three sources, each named in ``explain``:
 
-- **committed**: ``rapid_llm/kernels/results/*.json``, shipped with the package, for this GPU kind.
+- **committed**: ``rapid_llm/kernels/ops/<group>/<op>/figures/<gpu kind>.json``, shipped with the package.
   Dispatch ranks by these by default, so every machine of one GPU kind picks
   the same row whatever its user benchmarked.
 - **session**: figures ``bench_op(..., record=True)`` measured in this process.
@@ -10,6 +10,9 @@ Three sources, each named in ``explain``:
 - **local**: the per-user store under the cache directory, where recorded
   figures persist. Ranked by only when opted in: ``RAPID_LLM_LOCAL_MEASUREMENTS=1``
   or :func:`use_local`.
+
+Each figure names the digest of the code it measured (``source_digest``); dispatch ranks a row only by
+figures of the code it runs now, and explain names the ones it passed over.
 
 Keys are (op, row, dtype, size bucket), the bucket being
 :func:`rapid_llm.kernels.platform.size_bucket`. Any change is said on the registry's one change bus
@@ -30,12 +33,14 @@ from rapid_llm.kernels.registry import spec as _spec
 
 __all__ = [
     "Figure", "lookup", "record", "record_meta", "make_entry", "meta", "entries", "load", "load_file",
-    "export", "merge_file", "clear", "committed_results", "results_dir", "results_path", "use_local",
-    "uses_local", "ranked_entries", "NEAREST_BUCKETS",
+    "export", "merge_file", "clear", "committed_results", "committed_label", "figures_path", "COMMITTED_ROOT", "results_dir", "results_path", "use_local",
+    "uses_local", "ranked_entries", "NEAREST_BUCKETS", "DIGEST_FIELD", "StaleFigure", "stale",
 ]
 
 #: How many power-of-two buckets away a measurement may be and still rank a row.
 NEAREST_BUCKETS = 1
+#: The field of a figure that names the code it measured (``digests.code_digest`` of the row then).
+DIGEST_FIELD = "source_digest"
 
 _lock = threading.RLock()
 _loaded: dict[Path, tuple[float, dict[str, Any]]] = {}
@@ -146,10 +151,34 @@ def committed_for(op: str) -> Path | None:
     return None
 
 
+#: Where committed figures are read from (None: the package's ops, ``platform.OPS_DIR``); a test points it
+#: at a folder of its own.
+COMMITTED_ROOT: Path | None = None
+
+
+def _committed_root() -> Path:
+    return platform.OPS_DIR if COMMITTED_ROOT is None else COMMITTED_ROOT
+
+
 def committed_results() -> list[Path]:
-    """The results files the package ships (rapid_llm.kernels.platform.RESULTS): the same in a checkout and
-    in an installed wheel, whatever the working directory."""
-    return sorted(platform.RESULTS.glob("*.json"))
+    """The figures files the package ships, ``ops/<group>/<op>/figures/<gpu kind>.json``: the same in a checkout
+    and in an installed wheel, whatever the working directory."""
+    return sorted(_committed_root().glob(f"*/*/{platform.FIGURES}/*.json"))
+
+
+def figures_path(op: str, device_name: str) -> Path:
+    """Where the package keeps ``op``'s figures for a GPU kind: ``ops/<group>/<op>/figures/<gpu kind>.json``."""
+    folder = next((f for f in platform.op_folders() if f.name == op), None)
+    if folder is None:
+        raise ValueError(f"{op}: no op folder under {platform.OPS_DIR} to keep its figures in (a notebook's op "
+                         "ships with promote() first; or give the file to write)")
+    return folder / platform.FIGURES / f"{platform.slug(device_name)}.json"
+
+
+def committed_label(path: Path) -> str:
+    """How explain and the plots name a committed file: ``committed norm/rms_norm/figures/nvidia_h200.json``."""
+    root = _committed_root()
+    return "committed " + (path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path))
 
 
 def _committed_for(device_name: str) -> list[tuple[Path, dict[str, Any]]]:
@@ -258,19 +287,30 @@ def _sources(device_name: str) -> list[tuple[str, dict[str, dict[str, Any]]]]:
         if local:
             out.append((f"local store {path}", local))
     for path, doc in _committed_for(device_name):
-        out.append((f"committed {path.name}", doc["entries"]))
+        out.append((committed_label(path), doc["entries"]))
     return out
 
 
+def _of_code(entry: dict[str, Any], digest: str | None) -> bool:
+    """Whether a figure measured the code the row runs now (``digest``; None: a row with no source to name)."""
+    return digest is None or entry.get(DIGEST_FIELD) == digest
+
+
 def _find(sources: list[tuple[str, dict[str, dict[str, Any]]]], op: str, row: str, dtype: str,
-          bucket: int) -> tuple[str, dict[str, Any]] | None:
-    """The rule: the first source with a figure within NEAREST_BUCKETS, the nearest bucket in it."""
+          bucket: int, digest: str | None = None,
+          passed_over: list[tuple[str, dict[str, Any]]] | None = None) -> tuple[str, dict[str, Any]] | None:
+    """The rule: the first source with a figure of the row's code within NEAREST_BUCKETS, the nearest bucket in
+    it. A figure of other code (another digest, or none recorded) is passed over, into ``passed_over``."""
     for source, table in sources:
         for distance in range(NEAREST_BUCKETS + 1):
             for b in sorted({bucket - distance, bucket + distance}):
                 hit = table.get(_key(op, row, dtype, b))
-                if hit is not None:
+                if hit is None:
+                    continue
+                if _of_code(hit, digest):
                     return source, hit
+                if passed_over is not None:
+                    passed_over.append((source, hit))
     return None
 
 
@@ -279,9 +319,33 @@ def form_key(op: str, form: str | None) -> str:
     return op if form is None else f"{op}[{form}]"
 
 
-def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int) -> Figure | None:
-    """The median latency of ``row`` at the nearest measured bucket and its source, or None."""
-    found = _find(_sources(device_name), op, row, dtype, bucket)
+@dataclasses.dataclass(frozen=True)
+class StaleFigure:
+    """A figure dispatch does not rank by: it measured other code than the row runs now."""
+
+    source: str
+    measured: str | None  # the digest the figure names (None: it names none)
+    current: str
+
+    def __str__(self) -> str:
+        was = f"source {self.measured[:10]}" if self.measured else "no source digest"
+        return f"figures of other code ignored ({self.source}: {was}, the row's source is {self.current[:10]})"
+
+
+def stale(op: str, row: str, device_name: str, dtype: str, bucket: int, digest: str | None) -> StaleFigure | None:
+    """The figure :func:`lookup` passed over for ``row`` because its code changed since, or None."""
+    passed: list[tuple[str, dict[str, Any]]] = []
+    _find(_sources(device_name), op, row, dtype, bucket, digest, passed)
+    if not passed or digest is None:
+        return None
+    source, entry = passed[0]
+    return StaleFigure(source, entry.get(DIGEST_FIELD), digest)
+
+
+def lookup(op: str, row: str, device_name: str, dtype: str, bucket: int, digest: str | None = None) -> Figure | None:
+    """The median latency of ``row`` at the nearest measured bucket and its source, or None. With ``digest`` (the
+    row's code now: rapid_llm.kernels.toolchain.digests), only figures that measured that code count."""
+    found = _find(_sources(device_name), op, row, dtype, bucket, digest)
     if found is None:
         return None
     source, hit = found

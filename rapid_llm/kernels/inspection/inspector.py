@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rapid_llm.kernels.build import buildfacts, cell_lines
+from rapid_llm.kernels.toolchain import buildfacts, cell_lines
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.build.buildfacts import KernelFacts, Occupancy
+from rapid_llm.kernels.toolchain.buildfacts import KernelFacts, Occupancy
 
 __all__ = ["Inspection", "inspect", "sass_of", "split_by_kernel", "annotate_cell_lines"]
 
@@ -91,7 +91,7 @@ class Inspection:
 def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     """The build facts of ``row`` (a row name or KernelSpec), building it if it is not built yet."""
     from rapid_llm.kernels.registry import spec
-    from rapid_llm.kernels.build.jit_row import JitRow
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
 
     row = spec.get_row(row) if isinstance(row, str) else row
     result = Inspection(row.name, threads_per_block)
@@ -105,7 +105,7 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     if target.not_built is not None:
         result.notes.append(f"{row.name} was not built on this machine: {target.not_built}")
         return result
-    from rapid_llm.kernels.build import jit
+    from rapid_llm.kernels.toolchain import jit
 
     built = jit.build_jit(target.source.stem, target.source, extra_cuda_cflags=target.flags)
     facts = buildfacts.read_facts(built.build_dir / buildfacts.FACTS_FILE)

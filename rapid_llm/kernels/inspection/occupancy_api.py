@@ -1,6 +1,6 @@
 """The CUDA driver's own occupancy answer for a kernel in a cubin (cuOccupancyMaxActiveBlocksPerMultiprocessor).
 
-rapid_llm.kernels.build.buildfacts computes occupancy from the architecture's
+rapid_llm.kernels.toolchain.buildfacts computes occupancy from the architecture's
 tables, which works on a machine without a GPU; where a GPU is here, the
 driver is asked as well, so a table that is wrong for a new chip shows up as
 a disagreement instead of a wrong figure. Plain ctypes on libcuda: no torch,

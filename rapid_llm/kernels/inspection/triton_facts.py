@@ -13,7 +13,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from rapid_llm.kernels.build.buildfacts import KernelFacts
+from rapid_llm.kernels.toolchain.buildfacts import KernelFacts
 
 __all__ = ["CompiledTriton", "compiled_kernels", "jit_functions"]
 

@@ -7,7 +7,7 @@ gives example arguments (their Python types are the argument types), the
 native row's signature names them, and one call of the native row on those
 examples shows which tensors it writes (their version counters move), what it
 returns, and how the output relates to the argument that picks the row: the
-out rules the JIT rows use (:data:`rapid_llm.kernels.build.jit_row.OUT_RULES`): like
+out rules the JIT rows use (:data:`rapid_llm.kernels.toolchain.jit_row.OUT_RULES`): like
 that argument, like it with the last dim halved, or nothing (in place). An
 output that follows neither rule gets the fake "native": the native row run on
 fake tensors. A native row with an ``out`` parameter gets an ``.out`` overload.

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import RegistryError
 
-__all__ = ["ExportError", "module_source", "needs_export"]
+__all__ = ["ExportError", "module_source", "package_sources", "needs_export"]
 
 #: The Reference fields that are functions, in the order they are written.
 _REFERENCE_FUNCTIONS = ("make_inputs", "oracle", "call", "edge_cases", "magnitude")
@@ -219,44 +219,98 @@ def _callable_arg(mod: _Module, fn: Callable[..., Any] | None, what: str) -> str
     return mod.reference(fn, None, what)
 
 
-def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
-    """The text of a module that declares ``op`` as the live registry has it (its native floor, reference and
-    bench case). ``ship``: the module of an op group, which defines ``DECLARATION`` (``define_op``) for the
-    group to list; else one that declares the op when imported (``declare_op(..., replace=True)``, what a
-    child process runs). ``local_imports`` lets it import modules that are not installed (a child process
-    started here can)."""
-    decl = _spec.get_decl(op)
-    native = _spec.native_row(op)
-    if native is None:
-        raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
-    mod = _Module(op, local_imports)
-    verb = "define_op" if ship else "declare_op"
-    for name in (verb, "Reference"):
-        mod.reference(getattr(importlib.import_module("rapid_llm.kernels.registry.opdecl"), name), name, "the declaration")
-    floor = _callable_arg(mod, native.target, "the native floor")
-    ref = decl.reference
-    ref_args = [f"{f}={_callable_arg(mod, getattr(ref, f), f'the reference {f}')}"
-                for f in _REFERENCE_FUNCTIONS if getattr(ref, f) is not None]
-    ref_args += [f"ulps={ref.ulps!r}", f"baseline_factor={ref.baseline_factor!r}"]
-    bench = _callable_arg(mod, decl.bench, "the bench case")
+def _declaration_call(op: str, verb: str, floor: str, ref_args: list[str], bench: str | None,
+                      forms: list[tuple[str, str]], form_of: str | None, replace: bool) -> list[str]:
+    decl, native = _spec.get_decl(op), _spec.native_row(op)
     call = [f"    {op!r},", f"    doc={decl.doc!r},", f"    native={floor},",
             f"    dtypes={tuple(native.dtypes)!r},", f"    devices={tuple(native.devices)!r},",
             "    reference=Reference(" + ", ".join(ref_args) + "),", f"    bench={bench},",
             f"    dispatch_arg={decl.dispatch_arg!r},", f"    token_numel={decl.token_numel!r},",
             *([f"    schema={decl.schema!r},"] if getattr(decl, "schema", None) else [])]
-    if decl.forms:
-        forms = ", ".join(f"{label!r}: {_callable_arg(mod, make, f'the bench case of form {label!r}')}"
-                          for label, make in decl.forms.items())
-        call += [f"    forms={{{forms}}},", f"    form_of={_callable_arg(mod, decl.form_of, 'the form function')},"]
-    call += [] if ship else ["    replace=True,"]
-    parts = [f'"""Op {op!r}: {decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that declared it '
-             '(rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit it freely."""',
+    if forms:
+        call += ["    forms={" + ", ".join(f"{label!r}: {make}" for label, make in forms) + "},",
+                 f"    form_of={form_of},"]
+    return [f"DECLARATION = {verb}(" if verb == "define_op" else f"{verb}(", *call,
+            *(["    replace=True,"] if replace else []), ")", ""]
+
+
+def _parts(op: str, mod: _Module, what: str) -> list[str]:
+    """A module's text before its declaration: the docstring, imports, constants and functions it needs."""
+    decl = _spec.get_decl(op)
+    parts = [f'"""Op {op!r}: {what or decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that '
+             'declared it (rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit it freely."""',
              "from __future__ import annotations", "",
              *sorted(set(mod.imports.values()), key=lambda s: (not s.startswith("import "), s)), ""]
     parts += [f"{name} = {text}" for name, text in mod.constants.items()]
     for text in mod.functions.values():
         parts += ["", "", text.rstrip()]
-    parts += ["", "", "DECLARATION = define_op(" if ship else "declare_op(", *call, ")", ""]
-    text = "\n".join(parts)
-    compile(text, f"<declaration of {op}>", "exec")  # what is written must at least parse
+    return parts
+
+
+def _checked(text: str, where: str) -> str:
+    compile(text, where, "exec")  # what is written must at least parse
     return text
+
+
+def _reference_args(op: str, mod: _Module) -> tuple[list[str], str | None, list[tuple[str, str]], str | None]:
+    decl = _spec.get_decl(op)
+    ref = decl.reference
+    ref_args = [f"{f}={_callable_arg(mod, getattr(ref, f), f'the reference {f}')}"
+                for f in _REFERENCE_FUNCTIONS if getattr(ref, f) is not None]
+    ref_args += [f"ulps={ref.ulps!r}", f"baseline_factor={ref.baseline_factor!r}"]
+    bench = _callable_arg(mod, decl.bench, "the bench case")
+    forms = [(label, _callable_arg(mod, make, f"the bench case of form {label!r}"))
+             for label, make in (decl.forms or {}).items()]
+    form_of = _callable_arg(mod, decl.form_of, "the form function") if decl.forms else None
+    return ref_args, bench, forms, form_of
+
+
+def _native_of(op: str):  # noqa: ANN202 - a KernelSpec
+    native = _spec.native_row(op)
+    if native is None:
+        raise ExportError(f"op {op!r} has no native row: declare it with declare_op({op!r}, native=...)")
+    return native
+
+
+def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
+    """The text of one module that declares ``op`` as the live registry has it (its native floor, reference and
+    bench case). ``ship``: it defines ``DECLARATION`` (``define_op``); else it declares the op when imported
+    (``declare_op(..., replace=True)``, what a child process runs). ``local_imports`` lets it import modules that
+    are not installed (a child process started here can)."""
+    native = _native_of(op)
+    mod = _Module(op, local_imports)
+    verb = "define_op" if ship else "declare_op"
+    for name in (verb, "Reference"):
+        mod.reference(getattr(importlib.import_module("rapid_llm.kernels.registry.opdecl"), name), name, "the declaration")
+    floor = _callable_arg(mod, native.target, "the native floor")
+    ref_args, bench, forms, form_of = _reference_args(op, mod)
+    text = "\n".join([*_parts(op, mod, ""), "", "",
+                      *_declaration_call(op, verb, floor, ref_args, bench, forms, form_of, replace=not ship)])
+    return _checked(text, f"<declaration of {op}>")
+
+
+def package_sources(op: str, package: str) -> dict[str, str]:
+    """An op folder's modules for ``op`` as the live registry has it, by file name: ``native.py`` (the floor and
+    what it uses), ``reference.py`` (the oracle's functions and the bench case, and what they use) and
+    ``__init__.py`` (``DECLARATION``, importing both): the shape of every op folder. ``package`` is the folder's
+    module name (``rapid_llm.kernels.ops.<group>.<op>``)."""
+    native = _native_of(op)
+    floor_mod, ref_mod = _Module(op), _Module(op)
+    floor = _callable_arg(floor_mod, native.target, "the native floor")
+    ref_args, bench, forms, form_of = _reference_args(op, ref_mod)
+    used = [arg.split("=", 1)[1] for arg in ref_args if not arg.startswith(("ulps=", "baseline_factor="))]
+    ref_names = [n for n in (*used, bench, *(make for _, make in forms), form_of) if n is not None]
+    head = [f'"""Op {op!r}: {_spec.get_decl(op).doc or "declared in a notebook"}.\n\nWritten by promote() from the notebook '
+            'that declared it; native.py holds the floor, reference.py the oracle and bench case. Edit freely."""',
+            "from __future__ import annotations", "",
+            "from rapid_llm.kernels.registry.opdecl import Reference, define_op",
+            f"from {package}.native import {floor}",
+            *([f"from {package}.reference import {', '.join(sorted(set(ref_names)))}"] if ref_names else []), "", ""]
+    files = {
+        "native.py": "\n".join([*_parts(op, floor_mod, "the native floor"), ""]),
+        "reference.py": "\n".join([*_parts(op, ref_mod, "the oracle's functions and the bench case"), ""]),
+        "__init__.py": "\n".join([*head, "#: The op, read by the registry (rapid_llm.kernels.registry.spec).",
+                                  *_declaration_call(op, "define_op", floor, ref_args, bench, forms, form_of,
+                                                     replace=False)]),
+    }
+    return {name: _checked(text, f"<{package}.{name}>") for name, text in files.items()}

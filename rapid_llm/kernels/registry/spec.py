@@ -7,11 +7,11 @@ SM it needs. Targets and probes are lazy ``"module:attr"`` strings so that
 registering a row imports nothing; a callable is accepted too, so a notebook
 can register a function it just defined.
 
-The registry finds the shipped ops itself, on the first lookup: every group
-package under ``rapid_llm.kernels.ops`` hands it its ``DECLARATIONS`` (a list of
-:func:`rapid_llm.kernels.registry.opdecl.define_op` results: plain data, read
+The registry finds the shipped ops itself, on the first lookup: every op folder
+``rapid_llm.kernels.ops.<group>.<op>`` hands it its ``DECLARATION`` (a
+:func:`rapid_llm.kernels.registry.opdecl.define_op` result: plain data, read
 again by every fresh registry), then the discoverers run (functions that find
-more rows, such as the ``.cu`` files under ``kernels/shipped_cu/``; the package
+more rows, such as the ``.cu`` files in the op folders; the package
 facade adds them from above with :func:`add_discoverer`). There is no central
 list of ops, groups or references. Every lookup sees the shipped rows;
 :func:`isolated` gives a test a registry of its own.
@@ -333,7 +333,7 @@ _state = _Registry(discover=True)
 _version = 0
 _listeners: list[Callable[[], None]] = []
 
-#: The package whose sub-packages are op groups; each lists its ops in ``DECLARATIONS``.
+#: The package of the op groups; each op is a package inside its group that declares it as ``DECLARATION``.
 OPS_PACKAGE = "rapid_llm.kernels.ops"
 #: Found rows beyond the groups' (``add_discoverer``), and who hears of each declared op (``on_declare``):
 #: lazy references, resolved on use, so that wiring them in imports nothing.
@@ -356,12 +356,22 @@ def on_declare(ref: Ref) -> None:
         resolve_ref(ref)(decl)
 
 
-def _group_declarations(module: Any) -> list[Any]:
-    decls = getattr(module, "DECLARATIONS", None)
-    if not isinstance(decls, (list, tuple)):
-        raise RegistryError(f"op group {module.__name__} must list its ops in DECLARATIONS "
-                            "(a list of rapid_llm.kernels.registry.opdecl.define_op results)")
-    return list(decls)
+def _op_declaration(module: Any) -> Any:
+    decl = getattr(module, "DECLARATION", None)
+    if decl is None or not hasattr(decl, "rows"):
+        raise RegistryError(f"op folder {module.__name__} must declare its op as DECLARATION "
+                            "(a rapid_llm.kernels.registry.opdecl.define_op result)")
+    return decl
+
+
+def _op_packages() -> Iterator[str]:
+    """``rapid_llm.kernels.ops.<group>.<op>`` for every op folder: a package inside a group package."""
+    ops = importlib.import_module(OPS_PACKAGE)
+    for group in pkgutil.iter_modules(ops.__path__, OPS_PACKAGE + "."):
+        if group.ispkg:
+            for op in pkgutil.iter_modules(importlib.import_module(group.name).__path__, group.name + "."):
+                if op.ispkg:
+                    yield op.name
 
 
 def _discover() -> None:
@@ -374,13 +384,11 @@ def _discover() -> None:
         _state.discovered = True  # before importing: a group's declarations look rows up too
         registered_before = set(_state.rows)  # a notebook may register rows before anything looks one up
         try:
-            ops = importlib.import_module(OPS_PACKAGE)
-            for info in pkgutil.iter_modules(ops.__path__, OPS_PACKAGE + "."):
-                if info.ispkg:
-                    for decl in _group_declarations(importlib.import_module(info.name)):
-                        if decl.name not in _state.decls:  # a notebook's declaration made before this wins
-                            add_op(decl)
-                            _state.library_decls[decl.name] = decl
+            for name in _op_packages():
+                decl = _op_declaration(importlib.import_module(name))
+                if decl.name not in _state.decls:  # a notebook's declaration made before this wins
+                    add_op(decl)
+                    _state.library_decls[decl.name] = decl
             for ref in _discoverers:
                 resolve_ref(ref)()
             _state.shipped = set(_state.rows) - registered_before

@@ -279,7 +279,7 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
     if sanitize or isolate or (dev.type == "cuda" and _should_isolate(row, isolate)):
         from rapid_llm.kernels.verification import isolate as _isolate
 
-        from rapid_llm.kernels.build.jit_row import JitRow
+        from rapid_llm.kernels.toolchain.jit_row import JitRow
         from rapid_llm.kernels.registry.opsource import ExportError
 
         try:
@@ -347,7 +347,7 @@ def _finish(row: KernelSpec, report: GoldenReport, record: bool) -> GoldenReport
         _spec.update_golden(row.name, report.record)
         digest = getattr(row.target, "digest", None)  # a %%cuda_jit row: remembered across kernel restarts
         if report.passed and digest:
-            from rapid_llm.kernels.build.jit_row import remember_verification
+            from rapid_llm.kernels.toolchain.jit_row import remember_verification
 
             remember_verification(digest, report.record)
     return report
@@ -364,7 +364,7 @@ def _isolation_key(row: KernelSpec) -> str:
 def _should_isolate(row: KernelSpec, isolate: bool | None) -> bool:
     if isolate is not None:
         return isolate
-    from rapid_llm.kernels.build.jit_row import JitRow
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
 
     return (isinstance(row.target, JitRow) and os.environ.get("RAPID_LLM_ISOLATE", "1") != "0"
             and _isolation_key(row) not in _ISOLATED)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from rapid_llm.kernels.build import cell_lines
+from rapid_llm.kernels.toolchain import cell_lines
 from rapid_llm.kernels.verification import worker
 from rapid_llm.kernels.verification.worker import RESULT_MARK
 from rapid_llm.kernels.platform import cuda_tool
@@ -94,7 +94,7 @@ def recipe(row: Any) -> dict[str, Any] | None:
 
     Raises opsource.ExportError when the row could be rebuilt but its op's declaration cannot be written out.
     """
-    from rapid_llm.kernels.build.jit_row import JitRow
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
 
     target = row.target
     if isinstance(target, JitRow):
@@ -116,7 +116,7 @@ def recipe(row: Any) -> dict[str, Any] | None:
 def declaration_file(op: str) -> Path | None:
     """A module declaring ``op`` as it is live here, for a child to import; None for the library's own ops."""
     from rapid_llm.kernels import platform
-    from rapid_llm.kernels.build.jit_row import source_digest
+    from rapid_llm.kernels.toolchain.jit_row import source_digest
     from rapid_llm.kernels.registry import opsource
 
     if not opsource.needs_export(op):

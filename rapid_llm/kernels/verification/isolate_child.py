@@ -29,7 +29,7 @@ from rapid_llm.kernels.verification.worker import READY_MARK, RESULT_MARK
 def register(job: dict[str, Any]) -> str:
     """Register the row a recipe describes (rapid_llm.kernels.verification.isolate.recipe) in this process; its name."""
     from rapid_llm.kernels.registry import spec
-    from rapid_llm.kernels.build.jit_row import JitRow
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
     from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
 
     spec.all_ops()  # discover the shipped ops first: the row's op and its baseline come from there
@@ -40,7 +40,7 @@ def register(job: dict[str, Any]) -> str:
         flags = ("-O3", "-lineinfo") if job.get("lineinfo") else ("-O3",)
         target = JitRow(job["source"], job["fn"], out=job["out"], flags=flags)
         row = KernelSpec(name=job["name"], op=job["op"], backend="jit", target=target,
-                         available="rapid_llm.kernels.build.jit:available", dtypes=tuple(job["dtypes"]),
+                         available="rapid_llm.kernels.toolchain.jit:available", dtypes=tuple(job["dtypes"]),
                          devices=("cuda",), golden=golden, layouts=tuple(job["layouts"]))
     else:
         row = KernelSpec(name=job["name"], op=job["op"], backend=job["backend"], target=job["target"],

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.ops.attention.merge_attn_states_native import merge_attn_states as merge_fixed
-from rapid_llm.kernels.ops.quant.scaled_fp8_quant_native import (FP8_MAX, check_args, dynamic_scales, group_amax,
+from rapid_llm.kernels.ops.attention.merge_attn_states.native import merge_attn_states as merge_fixed
+from rapid_llm.kernels.ops.quant.scaled_fp8_quant.native import (FP8_MAX, check_args, dynamic_scales, group_amax,
                                                                  scaled_fp8_quant)
 
 #: The largest finite value of float8_e4m3fnuz, the other fp8 e4m3 format: a clamp meant for it.

@@ -1,0 +1,16 @@
+"""rms_norm: the op's declaration. Its .cu row (rms_norm.cu, beside this file) declares itself;
+the kernels both norms share are in ../rms_norm_kernels.cuh."""
+from rapid_llm.kernels.ops.norm import norm_rows
+from rapid_llm.kernels.ops.norm.rms_norm import reference as rms_norm_reference
+from rapid_llm.kernels.registry.opdecl import define_op
+
+#: The op, read by the registry (rapid_llm.kernels.registry.spec).
+DECLARATION = define_op(
+    "rms_norm",
+    doc="out = x / sqrt(mean(x^2) + eps) * weight over the last dim (fp32 sum of squares, one rounding)",
+    reference=rms_norm_reference.REFERENCE,
+    bench=rms_norm_reference.bench_case,
+    token_numel=rms_norm_reference.BENCH_HIDDEN,
+    rows=norm_rows.rows("rms_norm", "plain torch in fp32: the floor, runs everywhere",
+                         "one program per row, the fp32 row in registers up to 16384 wide"),
+)

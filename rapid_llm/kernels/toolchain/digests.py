@@ -1,0 +1,65 @@
+"""The digest of the code a row runs: what a measured figure names, so an edited row is never ranked by the
+figures of its old code.
+
+A JIT row's code is its ``.cu`` source (the row line left out: promote rewrites that line, not the code), every
+project header it includes, transitively (the norms' kernels live in a header their ``.cu`` files share), and its
+build flags. A Python row's (native, Triton) is its module's file. A row whose target is an object made in a
+notebook has no file to name: None, and its figures are taken as they are.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from rapid_llm.kernels.registry.spec import KernelSpec
+from rapid_llm.kernels.toolchain.cache import local_sources
+from rapid_llm.kernels.toolchain.jit_row import JitRow, source_digest
+
+__all__ = ["code_digest", "code_files", "module_file"]
+
+#: (paths, their stat stamps, flags) -> digest: a row's digest is read on every resolution, hashed once per edit.
+_memo: dict[tuple, str] = {}
+
+
+def code_files(row: KernelSpec) -> list[Path]:
+    """The files whose text is the row's code (empty where it has none on disk)."""
+    target = row.target
+    if isinstance(target, JitRow):
+        return local_sources(target.source) if target.source.is_file() else []
+    if isinstance(target, str):
+        path = module_file(target.split(":", 1)[0])
+        return [path] if path is not None else []
+    return []
+
+
+def code_digest(row: KernelSpec) -> str | None:
+    """The sha256 of the row's code (see the module's docstring), or None where it has no files."""
+    files = code_files(row)
+    if not files:
+        return None
+    flags = tuple(row.target.flags) if isinstance(row.target, JitRow) else ()
+    try:
+        stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files) + (flags,)
+    except OSError:
+        return None
+    digest = _memo.get(stamp)
+    if digest is None:
+        first, *headers = (p.read_text(errors="replace") for p in files)
+        text = source_digest(first, flags)  # the source's own digest: the row line left out
+        digest = hashlib.sha256("\0".join((text, *headers)).encode()).hexdigest() if headers else text
+        _memo[stamp] = digest
+    return digest
+
+
+def module_file(module: str) -> Path | None:
+    loaded = sys.modules.get(module)
+    origin = getattr(loaded, "__file__", None)
+    if origin is None:
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        origin = found.origin if found is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None

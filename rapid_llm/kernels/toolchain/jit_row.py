@@ -1,0 +1,214 @@
+"""A .cu file is a row: the generic JIT target, and rows that .cu files declare about themselves.
+
+A shipped source under ``kernels/shipped_cu/<group>/`` becomes a row by carrying one
+line, written by ``promote()`` (or by hand)::
+
+    // rapid_llm row: {"name": "jit/scale", "op": "scale", "fn": "scale_vec", "dtypes": ["bf16", "fp16", "fp32"],
+    //                 "golden": {"verified": true, "max_abs_diff": 0.0, "baseline": "native/scale"}}
+
+(on a single line). The registry reads these lines when it discovers the
+shipped ops; no per-op Python wrapper exists. :class:`JitRow` serves shipped
+rows and ``%%cuda_jit`` rows alike: ``op(input, *args, out=None)`` allocates
+``out`` like the input and calls the launcher ``fn(out, input, *args)``. The
+line's ``"out"`` field names how ``out`` is made (:data:`OUT_RULES`): like the
+input (the default), like the input with its last dimension halved (a gated
+activation's ``[T, 2I] -> [T, I]``), or not at all for an op that works in
+place (``fn(*args)``, returning None).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
+
+__all__ = ["JitRow", "OUT_RULES", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
+           "source_digest", "remember_verification", "recall_verification"]
+
+HEADER_PREFIX = "// rapid_llm row: "
+_HEADER_RE = re.compile(r"^// rapid_llm row: (\{.*\})\s*$", re.M)
+_FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description", "out",
+           "layouts")
+#: How a JIT row makes ``out``, by the name a row line uses; the numbers are fastcall's OutFirst rules.
+OUT_RULES = {"like_input": 0, "half_last_dim": 1, "none": 2}
+
+
+def source_digest(text: str, flags: Sequence[str] = ()) -> str:
+    """The digest of a source: what names the code a row runs, wherever a digest of a source is needed.
+
+    The row line is left out (promote rewrites that line; the code stays the same). ``flags``, when
+    given, are part of it: a cell built with other flags is other code, so a verification remembered
+    for one (keyed by this digest) does not carry over to the other. The build cache's key
+    (``cache.cache_key``) is not this digest: it names a build, so it also covers the included
+    headers, the toolchain, the arch and Python, which change the binary and not the code.
+    """
+    return hashlib.sha256("\0".join((_HEADER_RE.sub("", text), *flags)).encode()).hexdigest()
+
+
+class JitRow:
+    """Row target: launcher ``fn`` of the module built from ``source``, called out-first.
+
+    The module is built (or loaded from the disk cache) on the first call;
+    afterwards a call is :meth:`bound`: the allocation of ``out`` and the
+    launcher call, both in C where the fast-path binding is built.
+    """
+
+    def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
+                 digest: str | None = None, not_built: str | None = None, out: str = "like_input",
+                 flags: tuple[str, ...] = ("-O3",)) -> None:
+        if out not in OUT_RULES:
+            raise RegistryError(f"{Path(source).name}: out must be one of {', '.join(OUT_RULES)}, got {out!r}")
+        self.source = Path(source)
+        self.fn = fn
+        self.out = out
+        self.flags = tuple(flags)  # the build's nvcc/NVRTC flags (a sanitizer run adds -lineinfo)
+        self.digest = digest
+        self.not_built = not_built  # why it cannot run here (a %%cuda_jit cell without CUDA: unbuilt, or compiled only)
+        self._launcher = launcher
+        self._bound: Callable[..., Any] | None = None
+        #: the source's digest when its launcher was built here (promote checks the file is still that code)
+        self.built_digest = source_digest(self.source.read_text()) if launcher is not None else None
+        self.__name__ = self.__qualname__ = fn
+        self.__doc__ = (f"{fn}(*args): works in place, returns None." if out == "none" else
+                        f"{fn}(input, *args, out=None): allocates out ({out}), then {fn}(out, input, *args).")
+
+    def launcher(self) -> Callable[..., Any]:
+        """The built launcher (building the source on first use)."""
+        if self.not_built is not None:
+            raise RuntimeError(f"{self.source.name} cannot run on this machine: {self.not_built}")
+        if self._launcher is None:
+            from rapid_llm.kernels.toolchain.jit import load_jit
+
+            module = load_jit(self.source.stem, str(self.source), extra_cuda_cflags=self.flags)
+            try:
+                self._launcher = getattr(module, self.fn)
+            except AttributeError:
+                raise RegistryError(f"{self.source} exports no function {self.fn!r}") from None
+        return self._launcher
+
+    def bound(self) -> Callable[..., Any]:
+        """What a call runs: the launcher with ``out`` made by the row's rule (building on first use)."""
+        if self._bound is None:
+            self._bound = _bind(self.launcher(), self.fn, self.out)
+        return self._bound
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return (self._bound or self.bound())(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        shown = self.source.relative_to(platform.OPS_DIR) if self.source.is_relative_to(platform.OPS_DIR) else self.source.name
+        return f"JitRow({str(shown)!r}, {self.fn!r})"
+
+
+def _bind(launcher: Callable[..., Any], name: str, rule: str) -> Callable[..., Any]:
+    """``launcher`` behind its out rule: fastcall's OutFirst where the binding builds, else the same in Python."""
+    try:
+        from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
+
+        return fastcall().OutFirst(launcher, name, OUT_RULES[rule])
+    except (ImportError, RuntimeError, OSError):  # no compiler here, or a torch without the exchange API
+        pass
+    if rule == "none":
+        def in_place(*args: Any) -> None:
+            launcher(*args)
+
+        return in_place
+    halve = rule == "half_last_dim"
+
+    def out_first(input: Any, *args: Any, out: Any = None) -> Any:
+        if out is None:
+            if halve:
+                if input.dim() == 0 or input.shape[-1] % 2:
+                    raise ValueError(f"{name}: the input's last dim must be even ([..., 2I]), got {list(input.shape)}")
+                out = input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
+            else:
+                out = torch.empty_like(input, memory_format=torch.contiguous_format)
+        launcher(out, input, *args)
+        return out
+
+    return out_first
+
+
+def read_header(text: str, where: str = "source") -> dict[str, Any] | None:
+    """The row a source declares about itself, or None when it declares none."""
+    match = _HEADER_RE.search(text)
+    if match is None:
+        return None
+    try:
+        fields = json.loads(match[1])
+    except ValueError as exc:
+        raise RegistryError(f"{where}: the rapid_llm row line is not valid JSON ({exc})") from None
+    unknown = sorted(set(fields) - set(_FIELDS))
+    if unknown or not {"name", "op", "fn"} <= set(fields):
+        raise RegistryError(f"{where}: the rapid_llm row line needs name, op and fn"
+                            + (f"; unknown fields: {', '.join(unknown)}" if unknown else ""))
+    return fields
+
+
+def write_header(text: str, fields: dict[str, Any]) -> str:
+    """``text`` with its row line set to ``fields`` (replaced, or added as the first line)."""
+    line = HEADER_PREFIX + json.dumps({k: fields[k] for k in _FIELDS if k in fields}, ensure_ascii=True)
+    if _HEADER_RE.search(text):
+        return _HEADER_RE.sub(line, text, count=1)
+    return f"{line}\n{text}"
+
+
+def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
+    return KernelSpec(
+        name=fields["name"], op=fields["op"], backend="jit",
+        target=JitRow(source, fields["fn"], out=fields.get("out", "like_input")),
+        available="rapid_llm.kernels.toolchain.jit:available", dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))),
+        devices=("cuda",),
+        golden=GoldenRecord.from_json(fields.get("golden") or {}),
+        priority=fields.get("priority"), graph_safe=bool(fields.get("graph_safe", True)),
+        min_sm=fields.get("min_sm"), description=fields.get("description", f"{source.name}, launcher {fields['fn']}()"),
+        layouts=tuple(fields["layouts"]) if "layouts" in fields else None,
+    )
+
+
+def _verification_path(digest: str) -> Path:
+    return platform.cache_dir("verified") / f"{digest[:32]}.json"
+
+
+def remember_verification(digest: str, golden: GoldenRecord) -> None:
+    """Keep a passing verification of a source (keyed by its digest) across kernel restarts."""
+    platform.write_atomic(_verification_path(digest), json.dumps({"digest": digest, **golden.to_json()}))
+
+
+def recall_verification(digest: str) -> GoldenRecord | None:
+    """The passing verification remembered for a source with this digest, or None."""
+    try:
+        data = json.loads(_verification_path(digest).read_text())
+        if data.get("digest") != digest:
+            return None
+        return dataclasses.replace(GoldenRecord.from_json(data), verified=True)  # only passes are remembered
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def register_cu_rows(root: Path | None = None) -> list[KernelSpec]:
+    """Register every row that a .cu file under ``root`` (default: the shipped sources) declares."""
+    root = platform.OPS_DIR if root is None else root
+    out = []
+    for path in sorted(root.glob("*/*/*.cu")):
+        fields = read_header(path.read_text(errors="replace"), str(path))
+        if fields is None:
+            continue
+        try:
+            _spec.get_decl(fields["op"])
+        except RegistryError:  # a row without its op could never be verified, benchmarked or dispatched
+            warnings.warn(f"{path}: its row {fields['name']} serves op {fields['op']!r}, which no op group "
+                          "declares; the row is not registered (promote() ships a notebook's op with its row)",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        out.append(_spec.register(row_from_header(fields, path), replace=True))
+    return out

@@ -1,0 +1,162 @@
+"""promote(): ship a verified notebook kernel as a row of the package, in one call.
+
+The cell's source is copied unchanged into the op's folder,
+``kernels/ops/<group>/<op>/<name>.cu``, with one line added at the top: the row
+it declares, with the golden record of its last passing ``verify``. The registry
+reads that line (see jit_row), so the row is then shipped: dispatched, verified
+by the parametrized row tests and timed by ``bench_op`` like any other, with no
+Python file to write.
+
+A row of an op the library does not declare ships its op too, in the shape of
+every op folder: the notebook's declaration is written out
+(rapid_llm.kernels.registry.opsource) as ``__init__.py`` (``DECLARATION``),
+``native.py`` (the floor) and ``reference.py`` (the oracle and bench case), so
+the library never holds a row without its op, and a promoted op reads like a
+hand-written one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.toolchain.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
+from rapid_llm.kernels.registry.spec import GoldenRecord, RegistryError
+
+__all__ = ["promote", "Promotion", "PromoteError"]
+
+
+class PromoteError(RegistryError):
+    """A row that cannot ship as it is; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Promotion:
+    """What promote() did."""
+
+    row: str
+    op: str
+    path: Path
+    launcher: str
+    golden: GoldenRecord
+    replaced: bool
+    declaration: Path | None = None  # the op's declaration, written because the library did not have it
+
+    def __str__(self) -> str:
+        what = "replaced" if self.replaced else "added"
+        text = (f"{what} {self.row} for op {self.op!r}: {_shown(self.path)} (launcher {self.launcher}()), golden "
+                f"verified, max |diff| {self.golden.max_abs_diff:g} vs {self.golden.baseline}.")
+        if self.declaration is not None:
+            text += f" The op itself is declared in {_shown(self.declaration)} (native floor, reference, bench case)."
+        return text + (f" It is now a shipped row: tests/kernels/test_rows.py verifies it and bench_op({self.op!r}) "
+                       "times it.")
+
+
+def _shown(path: Path) -> Path:
+    root = platform.PACKAGE_DIR.parent
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _default_group(op: str, source: Path) -> str:
+    """The op's group where the library has the op; else the cell's folder, unless it sat in csrc/ itself; else
+    the op's name."""
+    group = _spec.op_group(op)
+    if group:
+        return group
+    folder = source.parent.name
+    return folder if folder and folder != "csrc" and folder.isidentifier() else op
+
+
+def _declaration_files(op: str, group: str, package: Path, replace: bool) -> dict[Path, str]:
+    """What ships the op's declaration: its folder's __init__.py, native.py and reference.py, and the group's
+    __init__.py where the group is new."""
+    from rapid_llm.kernels.registry.opsource import package_sources
+
+    folder = package / "kernels" / "ops" / group / op
+    files = {folder / name: text for name, text in package_sources(op, f"rapid_llm.kernels.ops.{group}.{op}").items()}
+    clash = next((path for path in files if path.exists()), None)
+    if clash is not None and not replace:
+        raise PromoteError(f"promote: {clash} already exists; pass replace=True to replace the op's declaration")
+    init = folder.parent / "__init__.py"
+    if not init.exists():
+        files[init] = f'"""Ops of the {group} group, one folder each (written by promote())."""\n'
+    return files
+
+
+def promote(row: str, *, name: str | None = None, group: str | None = None, replace: bool = False,
+            package: Path | None = None) -> Promotion:
+    """Ship the verified JIT row ``row`` (e.g. a ``%%cuda_jit`` cell's ``jit/scale_vec``).
+
+    ``name`` is the shipped file's stem and the row's name after ``jit/``
+    (default: the cell's NAME); ``group`` the group folder under kernels/ops/
+    (default: the op's group in the library, else the cell's ``--group``). ``package`` is the package folder
+    written into (default: the installed rapid_llm; a tutorial or a test
+    passes a copy). Replacing an existing
+    shipped source or row needs ``replace=True``. Refuses, with the reason,
+    a row that is not a JIT row with a source, is golden-unverified, whose
+    source changed since it was built, or whose op cannot be shipped with it
+    (its declaration uses a lambda, say); nothing is written then.
+    """
+    spec = _spec.get_row(row)
+    target = spec.target
+    if spec.backend != "jit" or not isinstance(target, JitRow):
+        raise PromoteError(f"promote({row!r}): only a JIT row built from a .cu source can ship "
+                           f"(this is a {spec.backend} row with target {target!r})")
+    if not spec.golden.verified:
+        raise PromoteError(f"promote({row!r}): the row is golden-unverified; run verify({row!r}) until it passes "
+                           "(only verified rows ship)")
+    if target.built_digest is None:
+        raise PromoteError(f"promote({row!r}): the row was never built in this process; run its cell first")
+    text = target.source.read_text()
+    if source_digest(text) != target.built_digest:
+        raise PromoteError(f"promote({row!r}): {target.source} changed since it was built and verified; "
+                           "re-run its cell and verify it again")
+    bad = next((i for i, line in enumerate(text.splitlines(), 1) if not line.isascii()), None)
+    if bad is not None:
+        raise PromoteError(f"promote({row!r}): line {bad} of {target.source} is not ASCII (shipped sources are)")
+    package = Path(package) if package is not None else platform.PACKAGE_DIR
+    name = name or target.source.stem
+    group = group or _default_group(spec.op, target.source)
+    for what, value in (("name", name), ("group", group)):
+        if not value.isidentifier():
+            raise PromoteError(f"promote({row!r}): {what} must be an identifier, got {value!r}")
+    dest = package / "kernels" / "ops" / group / spec.op / f"{name}.cu"
+    shipped = f"jit/{name}"
+    try:
+        existing = _spec.get_row(shipped)
+    except RegistryError:
+        existing = None
+    clobbers = dest.exists() or (existing is not None and existing.name != spec.name)
+    if clobbers and not replace:
+        raise PromoteError(f"promote({row!r}): {dest} or row {shipped} already exists; pass replace=True to "
+                           "replace it")
+    if existing is not None and existing.op != spec.op:
+        raise PromoteError(f"promote({row!r}): row {shipped} serves op {existing.op!r}, not {spec.op!r}")
+    golden = spec.golden
+    fields = {
+        "name": shipped, "op": spec.op, "fn": target.fn, "dtypes": list(spec.dtypes),
+        "golden": golden.to_json(),  # verified: checked above
+        "graph_safe": spec.graph_safe, "min_sm": spec.min_sm,
+        "description": f"promoted from {target.source.name}, launcher {target.fn}()",
+        "out": None if target.out == "like_input" else target.out,
+        "layouts": list(spec.layouts) if spec.layouts != ("contiguous",) else None,
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    shipped_text = write_header(text, fields)
+    read_header(shipped_text, str(dest))  # what the registry will read back must parse
+    files = {} if _spec.library_declares(spec.op) else _declaration_files(spec.op, group, package, replace)
+    files[dest] = shipped_text  # last: a row is never on disk without its op
+    written: list[tuple[Path, str | None]] = []
+    try:
+        for path, body in files.items():
+            before = path.read_text() if path.exists() else None
+            platform.write_atomic(path, body)
+            written.append((path, before))
+    except BaseException:
+        for path, before in reversed(written):  # leave the package as it was
+            path.unlink() if before is None else platform.write_atomic(path, before)
+        raise
+    _spec.register(row_from_header(fields, dest), replace=True)
+    declaration = next((p for p in files if p.name == "__init__.py" and p.parent.name == spec.op), None)
+    return Promotion(shipped, spec.op, dest, target.fn, golden, clobbers, declaration)
