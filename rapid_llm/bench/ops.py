@@ -177,8 +177,12 @@ def _graph_us(row: Any, fn: Any, case: CaseArgs, r: BenchResult, device: torch.d
 
 
 def _code(row: str) -> dict[str, str]:
-    """The figure's note of the code it measured (dispatch ranks a row only by figures of its code now)."""
-    digest = code_digest(get_row(row))
+    """The figure's note of the code it measured (dispatch ranks a row only by figures of its code now); none for
+    an arm that is not a row (a notebook's ``torch.compile(native)`` baseline)."""
+    try:
+        digest = code_digest(get_row(row))
+    except RegistryError:
+        return {}
     return {} if digest is None else {measurements.DIGEST_FIELD: digest}
 
 
