@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Each cheat row of tests/kernels/cheats through the check that must catch it, timed: the table of what
+"""Each cheat row of tests/contract/cheats through the check that must catch it, timed: the table of what
 verify and bench say about each (kernel, caught by, the message, seconds).
 
     python scripts/cheat_table.py [--device cpu|cuda]
 
 Runs on CPU (the persisting-L2 row needs CUDA and is skipped there, saying so) and on a GPU. The rows
-are the ``scale`` cheats of tests/kernels/cheats/cheat_rows.py, plus ``other_stream.cu`` from
-tests/kernels/defects on a GPU.
+are the ``scale`` cheats of tests/contract/cheats/cheat_rows.py, plus ``other_stream.cu`` from
+tests/unit/verification/defects on a GPU.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.kernels.cheats, as the tests import it
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.contract.cheats, as the tests import it
 
 from rapid_llm.bench import BenchRefused, bench  # noqa: E402
 from rapid_llm.bench.ops import floor_call  # noqa: E402
@@ -39,7 +39,7 @@ CHEATS = [
 
 def check(fn_name: str, how: str, device: str) -> tuple[str, str]:
     """(verdict, message) of the check on the cheat row."""
-    from tests.kernels.cheats import cheat_rows
+    from tests.contract.cheats import cheat_rows
 
     fn = getattr(cheat_rows, fn_name)
     if how == "verify":

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Each defect kernel of tests/kernels/defects through the check that must catch it, timed: the table of
+"""Each defect kernel of tests/unit/verification/defects through the check that must catch it, timed: the table of
 what verify, compute-sanitizer and the child process say about each, and whether this process's CUDA
 context still works after the crashes.
 

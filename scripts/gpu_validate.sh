@@ -56,7 +56,7 @@ case $stage in
     ;;
   suite)
     # Files dealt largest first over the shards; timing-sensitive files (compare's verdicts) run alone later.
-    mapfile -t files < <(ls -S tests/test_*.py tests/*/test_*.py | grep -v tests/bench/test_compare.py)
+    mapfile -t files < <(ls -S tests/test_*.py tests/*/test_*.py | grep -v tests/unit/bench/test_compare.py)
     for shard in 0 1 2 3; do
       picked=()
       for i in "${!files[@]}"; do (( i % 4 == shard )) && picked+=("${files[$i]}"); done
@@ -64,15 +64,15 @@ case $stage in
     done
     step nbval_all python -m pytest -q -p no:cacheprovider --nbval notebooks &
     wait
-    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
+    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/unit/bench/test_compare.py
     grep -h "passed\|failed\|error" "$out"/pytest_shard*.log "$out"/nbval_all.log "$out"/compare_tests.log | tail -n 12
     ;;
   parallel)
     python -c "import xdist" 2>/dev/null || { echo "the parallel stage needs pytest-xdist (pip install pytest-xdist)" >&2; exit 2; }
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}  # CPU tests in every worker: torch's threads would oversubscribe
     step pytest_parallel python -m pytest tests -n "${WORKERS:-8}" -q -rs -p no:cacheprovider --durations=25 \
-      --ignore=tests/browser --ignore=tests/bench/test_compare.py
-    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
+      --ignore=tests/e2e/browser --ignore=tests/unit/bench/test_compare.py
+    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/unit/bench/test_compare.py
     step nbval_all python -m pytest -n "${WORKERS:-8}" --dist loadfile -q -p no:cacheprovider --nbval notebooks
     grep -h "passed\|failed\|error" "$out"/pytest_parallel.log "$out"/compare_tests.log "$out"/nbval_all.log | tail -n 12
     ;;
@@ -101,18 +101,18 @@ case $stage in
     step llm_ops python benchmarks/bench_llm_ops.py --results rapid_llm/kernels/results
     ;;
   checks)
-    step strided python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_dispatch.py -k "strided and cuda"
-    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_defect_kernels.py
+    step strided python -m pytest -q -rs -p no:cacheprovider tests/unit/dispatch/test_dispatch.py -k "strided and cuda"
+    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/unit/verification/test_defect_kernels.py
     step defect_table python scripts/defect_table.py
-    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_inside_a_kernel.py \
-      tests/kernels/test_profiling.py -m gpu
+    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/unit/notebook/test_inside_a_kernel.py \
+      tests/unit/inspection/test_profiling.py -m gpu
     step notebook_08 python scripts/run_notebooks.py notebooks/08_inside_a_kernel.ipynb
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
     ;;
   newop)
-    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/notebook/test_new_op.py \
-      tests/notebook/test_magic_compile_only.py tests/kernels/test_cu_compile.py tests/kernels/test_isolate.py \
-      tests/kernels/test_promote.py
+    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/unit/notebook/test_new_op.py \
+      tests/unit/notebook/test_magic_compile_only.py tests/unit/toolchain/test_cu_compile.py tests/unit/verification/test_isolate.py \
+      tests/unit/toolchain/test_promote.py
     step notebook_09 python scripts/run_notebooks.py notebooks/09_new_op.ipynb
     step nbval_09 python -m pytest -q -p no:cacheprovider --nbval notebooks/09_new_op.ipynb
     ;;
@@ -120,16 +120,16 @@ case $stage in
     step bench_block python benchmarks/models/bench_block.py --repeats 30 --out "$out/block_nvidia_h200.json"
     step custom_op_overhead python benchmarks/kernels/bench_custom_op_overhead.py --op rms_norm --pairs 7 --cpp-floor
     step strided_graph python benchmarks/kernels/bench_strided.py --graph
-    step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_custom_ops.py
+    step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_custom_ops.py
     ;;
   compare)
     step compare_power python benchmarks/bench_compare_power.py "$out/compare"
-    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/bench/test_compare.py
+    step compare_tests python -m pytest -q -rs -p no:cacheprovider tests/unit/bench/test_compare.py
     step notebook_04 python scripts/run_notebooks.py notebooks/04_benchmarking.ipynb
     step nbval_04 python -m pytest -q -p no:cacheprovider --nbval notebooks/04_benchmarking.ipynb
     ;;
   verify)
-    step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_cheats.py tests/bench/test_harness.py
+    step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_cheats.py tests/unit/bench/test_harness.py
     step cheat_table python scripts/cheat_table.py
     step verify_times python benchmarks/kernels/bench_verify.py --cells scale_vec rms_norm_cell --edits 10 --fresh 3 \
       --memcheck 10 --memcheck-fresh 3 --out "$out/verify_times.json"
@@ -137,8 +137,8 @@ case $stage in
     step nbval_07 python -m pytest -q -p no:cacheprovider --nbval notebooks/07_find_wrong_kernels.ipynb
     ;;
   quant)
-    step quant_tests python -m pytest -q -rs -p no:cacheprovider tests/kernels/test_scaled_fp8_quant.py \
-      tests/kernels/test_merge_attn_states.py tests/kernels/test_compare_modes.py
+    step quant_tests python -m pytest -q -rs -p no:cacheprovider tests/ops/test_scaled_fp8_quant.py \
+      tests/ops/test_merge_attn_states.py tests/unit/verification/test_compare_modes.py
     step quant_bench python benchmarks/bench_llm_ops.py --ops scaled_fp8_quant merge_attn_states --dtype bf16 \
       --results rapid_llm/kernels/results
     ;;

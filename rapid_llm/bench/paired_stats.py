@@ -17,7 +17,7 @@ geometric mean of ``b_i / a_i`` with a Student-t interval on the mean of
   harness's figure), so ``d_i`` is close to normal, and the t interval then
   has its nominal coverage at any number of pairs; a bootstrap would need
   more pairs for the same coverage and gives a different answer per seed.
-  ``tests/bench/test_paired_stats.py`` checks the coverage on synthetic data.
+  ``tests/unit/bench/test_paired_stats.py`` checks the coverage on synthetic data.
 
 The verdict is "faster" or "slower" when the interval excludes 1, else
 "no difference detectable" (with too few pairs for an interval, it says so).

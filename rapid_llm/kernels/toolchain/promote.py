@@ -49,7 +49,7 @@ class Promotion:
                 f"verified, max |diff| {self.golden.max_abs_diff:g} vs {self.golden.baseline}.")
         if self.declaration is not None:
             text += f" The op itself is declared in {_shown(self.declaration)} (native floor, reference, bench case)."
-        return text + (f" It is now a shipped row: tests/kernels/test_rows.py verifies it and bench_op({self.op!r}) "
+        return text + (f" It is now a shipped row: tests/contract/test_rows.py verifies it and bench_op({self.op!r}) "
                        "times it.")
 
 

@@ -17,7 +17,7 @@
 
 /* dtype codes, X(enum, code, name): the one list of them, for the enum and the names in messages
  * (rl::dtype_name). A name is spelled as rapid_llm's Python side spells it (platform.DTYPE_NAMES;
- * tests/kernels/test_abi_header.py holds the two together). */
+ * tests/unit/toolchain/test_abi_header.py holds the two together). */
 #define RL_DTYPES(X)                                                                              \
   X(RL_FP32, 0, "fp32") X(RL_FP16, 1, "fp16") X(RL_BF16, 2, "bf16") X(RL_FP64, 3, "fp64")          \
   X(RL_INT8, 4, "int8") X(RL_INT16, 5, "int16") X(RL_INT32, 6, "int32") X(RL_INT64, 7, "int64")    \

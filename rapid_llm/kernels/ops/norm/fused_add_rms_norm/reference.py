@@ -10,7 +10,7 @@ ones add a residual with a row stride of its own, both written in place.
 The oracle normalises the exact sum, like a row that normalises its fp32 sum;
 a row that normalised the rounded residual instead would sit up to one more
 half-type rounding away. The tolerance (rms_norm's ``ulps = 4``) admits both:
-the contract between them is pinned by tests/kernels/test_rms_norm.py.
+the contract between them is pinned by tests/ops/test_rms_norm.py.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from rapid_llm.kernels.verification.compare_modes import QuantisedOutput, round_
 from rapid_llm.kernels.verification.defects import copy_for_row, output_like
 
 GROUP = 128
-#: vLLM's test_fp8_quant.py hidden sizes and token counts (4096 tokens only on a GPU: tests/kernels).
+#: vLLM's test_fp8_quant.py hidden sizes and token counts (4096 tokens only on a GPU: tests/ops).
 VLLM_HIDDEN = (17, 1024, 1025, 1026, 5137, 8193)
 VLLM_TOKENS = (1, 7, 4096)
 
