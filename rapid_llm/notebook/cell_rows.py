@@ -113,10 +113,9 @@ def check_can_register(name: str, op: str) -> None:
 
 
 def native_row(op: str) -> str | None:
-    """The op's native row name (loading the shipped rows first), or None for a brand-new op."""
-    from rapid_llm.kernels.dispatch.dispatcher import get_op
-
-    return next((r.name for r in get_op(op).rows() if r.is_native), None)
+    """The op's native row name (the registry finds the shipped rows first), or None for a brand-new op."""
+    row = _spec.native_row(op)
+    return None if row is None else row.name
 
 
 def native_row_hint(op: str) -> str:
@@ -142,7 +141,7 @@ def register_cell_row(name: str, op: str, *, target: Callable[..., Any], availab
     if old is not None and old.golden.verified and _digests.get(row) == digest:
         golden, kept = old.golden, True
     else:  # verified in an earlier kernel, source unchanged
-        from rapid_llm.kernels.toolchain.jit_row import recall_verification
+        from rapid_llm.kernels.verification.remembered import recall_verification
 
         recalled = recall_verification(digest)
         if recalled is not None and recalled.baseline == golden.baseline:

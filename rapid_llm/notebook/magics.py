@@ -23,6 +23,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import List, Unicode
 
+from rapid_llm.kernels.registry import out_rules
 from rapid_llm.notebook import cell_rows, workspace
 from rapid_llm.notebook.progress import StatusLine, run_with_progress
 
@@ -82,7 +83,7 @@ class CudaJitMagics(Magics):
                    "--flags \"-lineinfo --use_fast_math\"")
     @argument("--not-graph-safe", action="store_true",
               help="mark the row unsafe under CUDA-graph capture (the launcher syncs or reads host values)")
-    @argument("--out", default="like_input", choices=("like_input", "half_last_dim", "none"),
+    @argument("--out", default=out_rules.DEFAULT, choices=tuple(out_rules.OUT_RULES),
               help="how the row makes out: like its input (default), with the last dim halved, or none (in place)")
     @argument("--builder", default=None, help="build path to use (default: CudaJitMagics.builder)")
     @argument("--verbose", "-v", action="store_true", help="show the build commands and the full compiler log")

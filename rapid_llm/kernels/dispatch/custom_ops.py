@@ -41,6 +41,7 @@ from rapid_llm.kernels.dispatch import c_kernels, dispatcher as dispatch, traced
 from rapid_llm.kernels.registry import op_schema
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.op_schema import OpSchema, SchemaError
+from rapid_llm.kernels.registry.out_rules import OUT_RULES, make_out
 from rapid_llm.kernels.registry.spec import RegistryError
 
 __all__ = ["NAMESPACE", "DISPATCH_KEYS", "register", "schema_for", "torch_op", "registered", "why_not"]
@@ -204,13 +205,8 @@ def _fake(name: str) -> Callable[..., Any]:
     def fake(*args: Any, **kwargs: Any) -> Any:
         binding = _bindings[name]
         rule = binding.fake
-        if rule == "none":
-            return None
-        x = args[binding.schema.dispatch_arg]
-        if rule == "like_input":
-            return torch.empty_like(x, memory_format=torch.contiguous_format)
-        if rule == "half_last_dim":
-            return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+        if rule in OUT_RULES:
+            return make_out(rule, args[binding.schema.dispatch_arg], name)
         result = _native_row(name).load()(*args, **kwargs)  # "native": plain torch runs on fake tensors
         if isinstance(result, torch.Tensor):
             return result.contiguous()

@@ -7,7 +7,7 @@ gives example arguments (their Python types are the argument types), the
 native row's signature names them, and one call of the native row on those
 examples shows which tensors it writes (their version counters move), what it
 returns, and how the output relates to the argument that picks the row: the
-out rules the JIT rows use (:data:`rapid_llm.kernels.toolchain.jit_row.OUT_RULES`): like
+out rules the JIT rows use (rapid_llm.kernels.registry.out_rules): like
 that argument, like it with the last dim halved, or nothing (in place). An
 output that follows neither rule gets the fake "native": the native row run on
 fake tensors. A native row with an ``out`` parameter gets an ``.out`` overload.
@@ -24,13 +24,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry.out_rules import OUT_RULES, rule_of
 
 __all__ = ["OpSchema", "SchemaError", "derive", "from_text", "takes_out", "EXAMPLE_NUMEL", "FAKE_RULES"]
 
 #: The size the example arguments are made at: small, and divisible enough for any op's shape rule.
 EXAMPLE_NUMEL = 4096
-#: Fake rules: the JIT rows' out rules, plus "native" (the native row run on fake tensors).
-FAKE_RULES = ("like_input", "half_last_dim", "none", "native")
+#: Fake rules: the out rules (registry.out_rules), plus "native" (the native row run on fake tensors).
+FAKE_RULES = (*OUT_RULES, "native")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -200,15 +201,7 @@ def _example_device(devices: Sequence[str]) -> torch.device:
 
 
 def _fake_rule(result: Any, x: Any) -> str:
-    if result is None:
-        return "none"
-    if not isinstance(result, torch.Tensor) or not isinstance(x, torch.Tensor) or result.dtype != x.dtype:
-        return "native"
-    if tuple(result.shape) == tuple(x.shape):
-        return "like_input"
-    if x.dim() and tuple(result.shape) == (*x.shape[:-1], x.shape[-1] // 2) and x.shape[-1] % 2 == 0:
-        return "half_last_dim"
-    return "native"
+    return rule_of(result, x) or "native"
 
 
 def _returns(result: Any, inputs: Sequence[Any]) -> str:

@@ -10,14 +10,11 @@ line, written by ``promote()`` (or by hand)::
 shipped ops; no per-op Python wrapper exists. :class:`JitRow` serves shipped
 rows and ``%%cuda_jit`` rows alike: ``op(input, *args, out=None)`` allocates
 ``out`` like the input and calls the launcher ``fn(out, input, *args)``. The
-line's ``"out"`` field names how ``out`` is made (:data:`OUT_RULES`): like the
-input (the default), like the input with its last dimension halved (a gated
-activation's ``[T, 2I] -> [T, I]``), or not at all for an op that works in
-place (``fn(*args)``, returning None).
+line's ``"out"`` field names how ``out`` is made: one of the out rules
+(rapid_llm.kernels.registry.out_rules).
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -29,17 +26,16 @@ import torch
 
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT, OUT_RULES, make_out
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
 
-__all__ = ["JitRow", "OUT_RULES", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
-           "source_digest", "remember_verification", "recall_verification"]
+__all__ = ["JitRow", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
+           "source_digest"]
 
 HEADER_PREFIX = "// rapid_llm row: "
 _HEADER_RE = re.compile(r"^// rapid_llm row: (\{.*\})\s*$", re.M)
 _FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "priority", "description", "out",
            "layouts")
-#: How a JIT row makes ``out``, by the name a row line uses; the numbers are fastcall's OutFirst rules.
-OUT_RULES = {"like_input": 0, "half_last_dim": 1, "none": 2}
 
 
 def source_digest(text: str, flags: Sequence[str] = ()) -> str:
@@ -63,7 +59,7 @@ class JitRow:
     """
 
     def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
-                 digest: str | None = None, not_built: str | None = None, out: str = "like_input",
+                 digest: str | None = None, not_built: str | None = None, out: str = DEFAULT_OUT,
                  flags: tuple[str, ...] = ("-O3",)) -> None:
         if out not in OUT_RULES:
             raise RegistryError(f"{Path(source).name}: out must be one of {', '.join(OUT_RULES)}, got {out!r}")
@@ -122,16 +118,10 @@ def _bind(launcher: Callable[..., Any], name: str, rule: str) -> Callable[..., A
             launcher(*args)
 
         return in_place
-    halve = rule == "half_last_dim"
 
     def out_first(input: Any, *args: Any, out: Any = None) -> Any:
         if out is None:
-            if halve:
-                if input.dim() == 0 or input.shape[-1] % 2:
-                    raise ValueError(f"{name}: the input's last dim must be even ([..., 2I]), got {list(input.shape)}")
-                out = input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
-            else:
-                out = torch.empty_like(input, memory_format=torch.contiguous_format)
+            out = make_out(rule, input, name)
         launcher(out, input, *args)
         return out
 
@@ -165,7 +155,7 @@ def write_header(text: str, fields: dict[str, Any]) -> str:
 def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
     return KernelSpec(
         name=fields["name"], op=fields["op"], backend="jit",
-        target=JitRow(source, fields["fn"], out=fields.get("out", "like_input")),
+        target=JitRow(source, fields["fn"], out=fields.get("out", DEFAULT_OUT)),
         available="rapid_llm.kernels.toolchain.jit:available", dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))),
         devices=("cuda",),
         golden=GoldenRecord.from_json(fields.get("golden") or {}),
@@ -173,26 +163,6 @@ def row_from_header(fields: dict[str, Any], source: Path) -> KernelSpec:
         min_sm=fields.get("min_sm"), description=fields.get("description", f"{source.name}, launcher {fields['fn']}()"),
         layouts=tuple(fields["layouts"]) if "layouts" in fields else None,
     )
-
-
-def _verification_path(digest: str) -> Path:
-    return platform.cache_dir("verified") / f"{digest[:32]}.json"
-
-
-def remember_verification(digest: str, golden: GoldenRecord) -> None:
-    """Keep a passing verification of a source (keyed by its digest) across kernel restarts."""
-    platform.write_atomic(_verification_path(digest), json.dumps({"digest": digest, **golden.to_json()}))
-
-
-def recall_verification(digest: str) -> GoldenRecord | None:
-    """The passing verification remembered for a source with this digest, or None."""
-    try:
-        data = json.loads(_verification_path(digest).read_text())
-        if data.get("digest") != digest:
-            return None
-        return dataclasses.replace(GoldenRecord.from_json(data), verified=True)  # only passes are remembered
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def register_cu_rows(root: Path | None = None) -> list[KernelSpec]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.toolchain.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
+from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT
 from rapid_llm.kernels.registry.spec import GoldenRecord, RegistryError
 
 __all__ = ["promote", "Promotion", "PromoteError"]
@@ -139,7 +140,7 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
         "golden": golden.to_json(),  # verified: checked above
         "graph_safe": spec.graph_safe, "min_sm": spec.min_sm,
         "description": f"promoted from {target.source.name}, launcher {target.fn}()",
-        "out": None if target.out == "like_input" else target.out,
+        "out": None if target.out == DEFAULT_OUT else target.out,
         "layouts": list(spec.layouts) if spec.layouts != ("contiguous",) else None,
     }
     fields = {k: v for k, v in fields.items() if v is not None}

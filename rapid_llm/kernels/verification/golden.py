@@ -347,7 +347,7 @@ def _finish(row: KernelSpec, report: GoldenReport, record: bool) -> GoldenReport
         _spec.update_golden(row.name, report.record)
         digest = getattr(row.target, "digest", None)  # a %%cuda_jit row: remembered across kernel restarts
         if report.passed and digest:
-            from rapid_llm.kernels.toolchain.jit_row import remember_verification
+            from rapid_llm.kernels.verification.remembered import remember_verification
 
             remember_verification(digest, report.record)
     return report

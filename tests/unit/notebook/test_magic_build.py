@@ -78,12 +78,12 @@ def test_verification_survives_an_unchanged_rerun_but_not_an_edit(shell, gcc, ca
 
 def test_a_verified_cell_stays_verified_after_a_kernel_restart(shell, gcc, capsys):
     """verify() remembers a passing record by the cell's digest; a new kernel re-running the cell gets it."""
-    from rapid_llm.kernels.toolchain import jit_row
+    from rapid_llm.kernels.verification import remembered
     from rapid_llm.notebook import cell_rows
 
     shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(1))
     record = spec.GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/scale")
-    jit_row.remember_verification(spec.get_row("jit/scale_vec").target.digest, record)  # what a passing verify() does
+    remembered.remember_verification(spec.get_row("jit/scale_vec").target.digest, record)  # what a passing verify() does
     cell_rows._digests.clear()  # a kernel restart: this process forgot the cell
     spec.unregister("jit/scale_vec")
     capsys.readouterr()

@@ -14,6 +14,7 @@ import torch
 import rapid_llm.kernels as K
 from rapid_llm.kernels.toolchain import jit, jit_row
 from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.verification import remembered
 from rapid_llm.kernels.verification.golden import verify
 from rapid_llm.kernels.registry.opdecl import CaseArgs, Reference, declare_op
 from rapid_llm.kernels.toolchain.promote import PromoteError, promote
@@ -138,9 +139,9 @@ def test_a_passing_verification_is_remembered_by_source_digest(cell_row):
     row = cell_row()
     digest = spec.get_row(row).target.digest
     report = verify(row)
-    recalled = jit_row.recall_verification(digest)
+    recalled = remembered.recall_verification(digest)
     assert recalled is not None and recalled.verified and recalled.max_abs_diff == report.record.max_abs_diff
-    assert jit_row.recall_verification("0" * 64) is None
+    assert remembered.recall_verification("0" * 64) is None
 
 
 def test_a_cu_row_of_an_undeclared_op_is_not_registered(tmp_path):
