@@ -20,6 +20,11 @@ os.environ.setdefault("RAPID_LLM_CACHE_DIR", tempfile.mkdtemp(prefix="rapid_llm_
 
 NO_CUDA_REASON = "needs a CUDA device (torch.cuda.is_available() is False)"
 
+# GPU-only tests live in tests/gpu/ (and are marked gpu): without CUDA a run over tests/ does not collect them,
+# so its skip count is the CPU suite's own. Naming tests/gpu or a file in it still collects it; the marker then
+# skips each test with the reason.
+collect_ignore = [] if HAS_CUDA else ["gpu"]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_CUDA:

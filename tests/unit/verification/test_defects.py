@@ -2,8 +2,8 @@
 
 Every defect row is a variant of op scale with one known defect (tests/unit/verification/defects/README.md);
 verify must fail it and name the defect's kind. Each fixed twin must pass with no defect at all, so a
-check that fires on correct code shows up here too. The CUDA kernels are checked in
-test_defect_kernels.py (marked gpu), and built here in test_defects_build.py.
+check that fires on correct code shows up here too. The CUDA kernels are checked on a GPU in
+tests/gpu/unit/verification/test_defect_kernels.py, and built here in test_defects_build.py.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The host pass, the device pass (NVRTC, else nvcc -cubin) and the link all run here; the launcher is
 then called with CPU tensors, which its own checks refuse by name. What each kernel does on a GPU is
-test_defect_kernels.py's business. other_stream.cu reaches into the module's kernel table (the symbols
+tests/gpu/unit/verification/test_defect_kernels.py's business. other_stream.cu reaches into the module's kernel table (the symbols
 the builder writes), so a change there shows up here first.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ builds a cell that includes torch/extension.h (about a minute), kills one
 build half-way and rebuilds. Both print wall-clock build times (run with
 ``-s``); they are reported, never asserted.
 
-    python -m pytest tests/unit/notebook/test_magic_end_to_end.py -m gpu -s
+    python -m pytest tests/gpu/unit/notebook/test_magic_end_to_end.py -s
 """
 from __future__ import annotations
 
@@ -26,10 +26,11 @@ from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels.registry import spec
 from rapid_llm.notebook.compile_errors import CellBuildError
 from tests.hang_guard import with_hang_guard
+from tests.unit.notebook.conftest import magics, shell  # noqa: F401 - the notebook tests' fixtures
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 LINE = "scale_vec --group elementwise --op scale"
 KILL_AFTER_S = 5.0
 HANG_GUARD_S = 400

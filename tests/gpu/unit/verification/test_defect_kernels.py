@@ -1,13 +1,12 @@
-"""verify catches each defect CUDA kernel in tests/unit/verification/defects/, and passes each fixed twin.
+"""verify catches each defect CUDA kernel in tests/unit/verification/defects/, and passes each fixed twin
+(on a GPU; every file builds on CPU in tests/unit/verification/test_defects_build.py).
 
 Defects that verify itself sees fail it with their kind. The race needs compute-sanitizer (verify's
-sanitize=True); the uninitialised shared read is not expected to be seen by any tool (README.md). The
+sanitize=True); the uninitialised shared read is not expected to be seen by any tool (defects/README.md). The
 crash and hang kernels run only in a child process (rapid_llm.kernels.verification.isolate): in this process one
 illegal address or failed assert would leave the CUDA context unusable for every later test.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,10 +18,9 @@ from rapid_llm.kernels.verification.golden import verify
 from rapid_llm.kernels.verification.report import GoldenReport
 from rapid_llm.kernels.toolchain.jit_row import JitRow
 from rapid_llm.kernels.registry.spec import KernelSpec
+from tests.unit.verification.test_defects_build import DEFECTS
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
-
-DEFECTS = Path(__file__).resolve().parent / "defects"
 
 #: (source stem, the kind verify must report, whether the values alone would pass a plain comparison)
 VERIFY_CATCHES = [

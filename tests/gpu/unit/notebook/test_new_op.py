@@ -5,7 +5,7 @@ in a child process, bench it, promote it into a scratch copy of the package). Th
 that import that copy: ``K.gelu_tanh`` dispatches to the promoted row, and ``tests/contract/test_rows.py``
 verifies it. Nothing is written into the checkout.
 
-    python -m pytest tests/unit/notebook/test_new_op.py -s
+    python -m pytest tests/gpu/unit/notebook/test_new_op.py -s
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips it, with the reason, where no CUDA device is visible
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 NOTEBOOK = ROOT / "notebooks" / "09_new_op.ipynb"
 
 

@@ -1,6 +1,6 @@
 """On a GPU: a kernel's printf reaches the cell that ran it, and inspect() shows SASS beside the build facts.
 
-    python -m pytest tests/unit/notebook/test_inside_a_kernel.py -m gpu -s
+    python -m pytest tests/gpu/unit/notebook/test_inside_a_kernel.py -s
 """
 from __future__ import annotations
 
