@@ -78,7 +78,7 @@ def test_a_new_op_declared_in_a_kernel_ships_whole_and_a_new_process_dispatches_
     assert fresh["diff"] <= 0.0625, fresh  # bf16 values up to 4: one bf16 ulp there
 
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "tests" / "kernels" / "test_rows.py"), "-k", "gelu_tanh", "-v",
+        [sys.executable, "-m", "pytest", str(ROOT / "tests" / "contract" / "test_rows.py"), "-k", "gelu_tanh", "-v",
          "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={ROOT}"],
         env=env, cwd=scratch, capture_output=True, text=True)
     print(tests.stdout[-3000:])
