@@ -13,7 +13,7 @@ This runs the peer benchmark unchanged but for its timer: before the 256 MiB zer
 ``--sweep-l2`` times the device's L2 size with the ``evict_last`` policy, so every implementation's call
 starts with none of its data in L2, whatever policy it loaded it with. The sweep and the zeroing run before
 the call's start event, as the plain flush does, and the timer holds the GPU longer before each group of
-calls to cover the sweep's launch. --model sets the shapes as bench_launch_variants does; other arguments go
+calls to cover the sweep's launch. --model sets the shapes (kernels/peer_bench.py); other arguments go
 to bench_peers.py (``--json``, ``--budget-s`` ...). Run it where ``run.sh`` has installed the peers, with the
 environment run.sh sets.
 
@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
-import bench_launch_variants as variants  # noqa: E402  (model shapes, and how to set them on the peer benchmark)
+import peer_bench  # noqa: E402  (the peer benchmark's loader, and the model shapes it is set to)
 import l2_flush  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def install(bp: ModuleType, sweep_l2: float) -> None:
 def set_model(bp: ModuleType, model: str) -> list[str]:
     """Point the peer benchmark at ``model``'s shapes; the arguments that keep them (its own --model, where the
     copy has one: it sets the shapes again when it parses its arguments)."""
-    variants.set_model(bp, model)
+    peer_bench.set_model(bp, model)
     return ["--model", model] if hasattr(bp, "MODELS") else []
 
 
@@ -107,11 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sweep-l2", type=float, default=l2_flush.DEFAULT_SWEEP_L2,
                    help="the evict_last sweep, in multiples of L2")
     p.add_argument("--check", action="store_true", help="show the effect on rms_norm instead of running the benchmark")
-    p.add_argument("--model", default="llama3-8b", choices=list(variants.MODELS), help="the model's shapes")
+    p.add_argument("--model", default="llama3-8b", choices=list(peer_bench.MODELS), help="the model's shapes")
     a, rest = p.parse_known_args(argv)
     if a.sweep_l2 <= 1.0:
         p.error("--sweep-l2 must be more than 1 (l2_flush.FullFlush says why)")
-    bp = variants._import_peer_bench(a.peer_bench)
+    bp = peer_bench.load(a.peer_bench)
     if a.check:
         return check(bp, a.sweep_l2, a.model)
     keep = set_model(bp, a.model)

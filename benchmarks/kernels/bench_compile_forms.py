@@ -4,10 +4,10 @@
                                                      [--print-code] [--profile]
 
 The peer benchmark compiles each op's plain torch once (``torch.compile(fn)``, torch's default) and calls it at
-T = 1 first, so from the second T on it times Inductor's dynamic-shape kernel; profile_vs_compile.py and the
-round-robin harness time other kernels (one compiled per T, or dynamic from another first T). This times, at
-each T of the peer benchmark, the op through dispatch (``K.<op>``), torch.compile as the peer benchmark gets it
-(``compile_dynamic``) and torch.compile for that T alone (``compile_static``) with the peer benchmark's
+T = 1 first, so from the second T on it times Inductor's dynamic-shape kernel; profile_vs_compile.py times
+another kernel (one compiled per T), as did the launch variants' round-robin harness (dynamic from another first
+T; measured and dropped). This times, at each T of the peer benchmark, the op through dispatch (``K.<op>``),
+torch.compile as the peer benchmark gets it (``compile_dynamic``) and torch.compile for that T alone (``compile_static``) with the peer benchmark's
 ``GpuTimer`` (cold L2, CUDA events, median of 40), in three passes whose order rotates, so a figure that moves
 with its place in the order shows it. Nothing is warmed at a T before its first pass.
 --print-code prints Inductor's code of the dynamic compile (at T = 1 and 16) and of two per-T ones;
@@ -28,7 +28,7 @@ import torch
 from rapid_llm.kernels.inspection.profiling import profile_one_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_launch_variants as variants  # noqa: E402  (the peer benchmark's loader, shapes and calls)
+import peer_bench  # noqa: E402  (the peer benchmark's loader, shapes and calls)
 
 TOKENS = (1, 16, 128, 1024, 4096, 16384)
 
@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--peer-bench", required=True, help="the folder of the peer benchmark (its bench_peers.py)")
     p.add_argument("--op", default="rms_norm", choices=["rms_norm", "fused_add_rms_norm", "silu_and_mul",
                                                        "rotary_embedding"])
-    p.add_argument("--model", default="llama3-8b", choices=list(variants.MODELS))
+    p.add_argument("--model", default="llama3-8b", choices=list(peer_bench.MODELS))
     p.add_argument("--print-code", action="store_true")
     p.add_argument("--profile", action="store_true", help="one profiled call of each at T = 16, 128, 1024")
     a = p.parse_args(argv)
@@ -53,11 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import rapid_llm.kernels as K
     from torch._inductor.utils import run_and_get_code
 
-    bp = variants.bp = variants._import_peer_bench(a.peer_bench)
-    variants.set_model(bp, a.model)
+    bp = peer_bench.load(a.peer_bench)
+    peer_bench.set_model(bp, a.model)
     fn = bp.PLAIN[a.op]
     master = {t: bp.make_inputs(a.op, t, "cuda") for t in TOKENS}
-    dynamic = variants.call_for(a.op, torch.compile(_fresh(fn)))
+    dynamic = peer_bench.call_for(bp, a.op, torch.compile(_fresh(fn)))
     for t in TOKENS:  # the peer benchmark's order: T = 1 first, so the kernel from T = 16 on is the dynamic one
         if a.print_code and t in (1, 16):
             _, code = run_and_get_code(dynamic, bp._clone(master[t]))
@@ -66,13 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             dynamic(bp._clone(master[t]))
     static = {}
     for t in TOKENS:
-        static[t] = variants.call_for(a.op, torch.compile(_fresh(fn), dynamic=False))
+        static[t] = peer_bench.call_for(bp, a.op, torch.compile(_fresh(fn), dynamic=False))
         if a.print_code and t in (128, 1024):
             _, code = run_and_get_code(static[t], bp._clone(master[t]))
             print(f"== static compile at T={t}\n" + "\n".join(code))
         for _ in range(3):
             static[t](bp._clone(master[t]))
-    ours = variants.call_for(a.op, getattr(K, a.op))
+    ours = peer_bench.call_for(bp, a.op, getattr(K, a.op))
     torch.cuda.synchronize()
     if a.profile:
         for t in (16, 128, 1024):

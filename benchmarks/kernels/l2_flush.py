@@ -1,8 +1,8 @@
 """An L2 flush that also evicts lines a kernel loaded with the ``evict_last`` policy.
 
-Zeroing a buffer larger than L2 before each timed call (the peer benchmark's flush, and the round-robin
-harness's) leaves in L2 data that a kernel loaded with the ``evict_last`` policy, while the calls keep reading
-it: Inductor's rms_norm kernel loads x and the weight that way, and on an H200 at Llama-3-8B T = 1024 our row,
+Zeroing a buffer larger than L2 before each timed call (the peer benchmark's flush) leaves in L2 data that a
+kernel loaded with the ``evict_last`` policy, while the calls keep reading it: Inductor's rms_norm kernel loads
+x and the weight that way, and on an H200 at Llama-3-8B T = 1024 our row,
 timed on the same x after one call of that kernel, measured 8.48 us against 9.12 without it; torch.compile's
 own figure was 8.56 us under that flush and 10.13 when the flush first read four times L2 with ``evict_last``
 (benchmarks/results/logs/peer_full_flush_check_nvidia_h200.log). That read evicted them (its own lines, the

@@ -110,34 +110,15 @@ def test_profile_vs_compile_compiles_per_t_or_once_as_the_peer_benchmark_does(mo
     assert seen == [False, None]
 
 
-def test_launch_variants_still_apply_to_the_shipped_sources():
-    """Each variant's replacements find their text in today's source (a stale table fails here, not on a GPU)."""
-    script = _load("bench_launch_variants")
-    for op, variants in script.VARIANTS.items():
-        main, extra = script.SOURCES[op]
-        shipped = {script.Path(rel).name: (script.SH / rel).read_text() for rel in [main, *extra]}
-        for label, subs in variants:
-            assert script.variant_sources(op, subs) != shipped, (op, label)
-
-
-def test_launch_variants_name_a_stale_replacement_and_need_a_gpu(capsys):
-    script = _load("bench_launch_variants")
-    with pytest.raises(ValueError, match="no longer has 'text that is not there'"):
-        script.variant_sources("silu_and_mul", {"text that is not there": "x"})
-    if not __import__("torch").cuda.is_available():
-        assert script.main(["--peer-bench", "."]) == 2
-        assert "needs a CUDA device" in capsys.readouterr().out
-
-
-def test_launch_variants_set_the_peer_benchmark_to_a_model_s_shapes(tmp_path):
+def test_peer_bench_sets_the_peer_benchmark_to_a_model_s_shapes(tmp_path):
     """--model sets the peer benchmark's shapes, the rope cache's width too where its builder fixed the head size
     as a default when it was defined (the peer benchmark's own form)."""
     (tmp_path / "bench_peers.py").write_text(
         "HIDDEN, INTER, Q_HEADS, KV_HEADS, HEAD = 4096, 14336, 32, 8, 128\nMAX_POS = 16\n"
         "def rope_cache(device, max_pos=MAX_POS, rot=HEAD):\n    return (max_pos, rot)\n"
         "def make_inputs():\n    return rope_cache('cpu')\n")
-    script = _load("bench_launch_variants")
-    peer = script._import_peer_bench(str(tmp_path))
+    script = _load("peer_bench")
+    peer = script.load(str(tmp_path))
     for model, (hidden, inter, q_heads, kv_heads, head) in script.MODELS.items():
         script.set_model(peer, model)
         assert (peer.HIDDEN, peer.INTER, peer.Q_HEADS, peer.KV_HEADS, peer.HEAD) == (hidden, inter, q_heads, kv_heads,
@@ -145,23 +126,7 @@ def test_launch_variants_set_the_peer_benchmark_to_a_model_s_shapes(tmp_path):
         assert peer.make_inputs() == (16, head), model
 
 
-def test_launch_variants_name_an_implementation_that_computes_wrongly():
-    """check_outputs compares each implementation's result (or what an in-place one wrote) with K's."""
-    import torch
-
-    script = _load("bench_launch_variants")
-    script.bp = type("Peer", (), {"_clone": staticmethod(lambda m: {k: v.clone() for k, v in m.items()})})
-    master = {"x": torch.arange(6.0).reshape(2, 3)}
-    impls = {"K": lambda s: s["x"] * 2, "good": lambda s: s["x"] + s["x"], "bad": lambda s: s["x"] * 3,
-             "pair": lambda s: (s["x"], s["x"])}
-    line = script.check_outputs(impls, {}, master)
-    assert "WRONG bad" in line and "good" not in line and "not compared: pair" in line
-    in_place = {"K": lambda s: [s["x"].mul_(2)] and None, "good": lambda s: [s["x"].add_(s["x"])] and None,
-                "bad": lambda s: [s["x"].add_(1)] and None}
-    assert script.check_outputs(in_place, {}, master) == "outputs against K: WRONG bad"
-
-
-def test_profile_vs_liger_takes_the_variants_benchmark_s_models_and_needs_a_gpu(capsys):
+def test_profile_vs_liger_takes_the_peer_benchmark_s_models_and_needs_a_gpu(capsys):
     script = _load("profile_vs_liger")
     with pytest.raises(SystemExit):
         script.main(["--peer-bench", ".", "--model", "not-a-model"])
@@ -182,22 +147,6 @@ def test_profile_vs_compile_summarizes_an_ncu_export(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["[0] k<float>", "    Duration 2.85 us | Registers Per Thread 38 register/thread",
                      "[1] triton_red_fused_0", "    Duration 4.03 us"]
-
-
-@pytest.mark.parametrize("rotate", [True, False])
-def test_launch_variants_schedule_changes_order_and_deals_every_copy(rotate):
-    """Each round runs every implementation once; the order changes between rounds, so no implementation keeps
-    the same neighbour (in one cyclic order, the one before torch.compile measured up to 7 % fast); with rotate,
-    each implementation meets every copy of the inputs, without it always its own."""
-    script = _load("bench_launch_variants")
-    n, rounds = 6, 40
-    plan = script.schedule(n, rounds, rotate)
-    assert len(plan) == rounds and all(sorted(i for i, _ in order) == list(range(n)) for order in plan)
-    after = {i: {order[k - 1][0] for order in plan for k in range(1, n) if order[k][0] == i} for i in range(n)}
-    assert all(len(before) > 1 for before in after.values())
-    copies = {i: {c for order in plan for j, c in order if j == i} for i in range(n)}
-    assert copies == ({i: set(range(n)) for i in range(n)} if rotate else {i: {i} for i in range(n)})
-    assert script.schedule(n, rounds, rotate) == plan  # seeded: a rerun times the same plan
 
 
 def _peer_run(model: str | None, dispatch_us: float) -> dict:
