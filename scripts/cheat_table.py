@@ -1,29 +1,28 @@
 #!/usr/bin/env python
-"""Each cheat row of tests/contract/cheats through the check that must catch it, timed: the table of what
-verify and bench say about each (kernel, caught by, the message, seconds).
+"""Each cheat row through the check that must catch it, timed: the table of what verify and bench say about
+each (kernel, caught by, the message, seconds).
 
-    python scripts/cheat_table.py [--device cpu|cuda]
+    python scripts/cheat_table.py tests/contract/cheats/cheat_rows.py [--device cpu|cuda]
 
-Runs on CPU (the persisting-L2 row needs CUDA and is skipped there, saying so) and on a GPU. The rows
-are the ``scale`` cheats of tests/contract/cheats/cheat_rows.py, plus ``other_stream.cu`` from
-tests/unit/verification/defects on a GPU.
+ROWS is the file that defines the ``scale`` cheat rows (the tests' fixtures, tests/contract/cheats/cheat_rows.py),
+loaded from its path. Runs on CPU (the persisting-L2 row needs CUDA and is skipped there, saying so) and on a GPU.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.contract.cheats, as the tests import it
-
-from rapid_llm.bench import BenchRefused, bench  # noqa: E402
-from rapid_llm.bench.ops import floor_call  # noqa: E402
-from rapid_llm.kernels.registry import spec  # noqa: E402
-from rapid_llm.kernels.registry.spec import KernelSpec  # noqa: E402
-from rapid_llm.kernels.verification.golden import verify  # noqa: E402
+from rapid_llm.bench import BenchRefused, bench
+from rapid_llm.bench.ops import floor_call
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.registry.spec import KernelSpec
+from rapid_llm.kernels.verification.golden import verify
 
 #: (row function in cheat_rows, the check that catches it, devices it runs on)
 CHEATS = [
@@ -37,11 +36,19 @@ CHEATS = [
 ]
 
 
-def check(fn_name: str, how: str, device: str) -> tuple[str, str]:
-    """(verdict, message) of the check on the cheat row."""
-    from tests.contract.cheats import cheat_rows
+def load_rows(path: Path) -> ModuleType:
+    """The module of cheat rows at ``path``, loaded from its file."""
+    if not path.is_file():
+        raise SystemExit(f"cheat_table: no file {path} (the cheat rows, e.g. tests/contract/cheats/cheat_rows.py)")
+    module_spec = importlib.util.spec_from_file_location("cheat_rows", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
 
-    fn = getattr(cheat_rows, fn_name)
+
+def check(rows: ModuleType, fn_name: str, how: str, device: str) -> tuple[str, str]:
+    """(verdict, message) of the check on the cheat row."""
+    fn = getattr(rows, fn_name)
     if how == "verify":
         name = f"external/{fn_name}"
         spec.register(KernelSpec(name=name, op="scale", backend="external", target=fn, dtypes=("fp32",),
@@ -60,8 +67,10 @@ def check(fn_name: str, how: str, device: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rows", type=Path, help="the file of cheat rows (tests/contract/cheats/cheat_rows.py)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     args = parser.parse_args(argv)
+    rows = load_rows(args.rows)
     print(f"cheat rows on {args.device} (torch {torch.__version__})")
     print(f"{'kernel':28} {'caught by':10} {'verdict':22} {'seconds':>8}  message")
     missed = 0
@@ -70,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{fn_name:28} {how:10} {'not run here':22} {'-':>8}  needs {' or '.join(devices)}")
             continue
         started = time.perf_counter()
-        verdict, message = check(fn_name, how, args.device)
+        verdict, message = check(rows, fn_name, how, args.device)
         seconds = time.perf_counter() - started
         missed += "not caught" in verdict
         print(f"{fn_name:28} {how:10} {verdict:22} {seconds:8.2f}  {message[:160]}")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Each defect kernel of tests/unit/verification/defects through the check that must catch it, timed: the table of
-what verify, compute-sanitizer and the child process say about each, and whether this process's CUDA
-context still works after the crashes.
+"""Each defect kernel through the check that must catch it, timed: the table of what verify, compute-sanitizer
+and the child process say about each, and whether this process's CUDA context still works after the crashes.
 
-    python scripts/defect_table.py [--only STEM ...]
+    python scripts/defect_table.py tests/unit/verification/defects [--only STEM ...]
 
-Needs a CUDA device. Rows are registered as JIT rows of ``scale`` from the defect sources.
+DEFECTS is the folder of the defect sources (the tests' fixtures, tests/unit/verification/defects). Needs a
+CUDA device. Rows are registered as JIT rows of ``scale`` from the defect sources.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from rapid_llm.kernels.verification.golden import verify
 from rapid_llm.kernels.toolchain.jit_row import JitRow
 from rapid_llm.kernels.registry.spec import KernelSpec
 
-DEFECTS = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "defects"
 #: (source stem, how it is checked): "verify" in this process, "sanitize:<tool>", or "child" (crash or hang).
 CASES = [
     ("mutates_input", "verify"), ("writes_nothing", "verify"), ("other_stream", "verify"),
@@ -33,16 +32,16 @@ CASES = [
 ]
 
 
-def register(stem: str) -> str:
+def register(defects: Path, stem: str) -> str:
     fn = f"scale_{stem}"
-    spec.register(KernelSpec(name=f"jit/{fn}", op="scale", backend="jit", target=JitRow(DEFECTS / f"{stem}.cu", fn),
+    spec.register(KernelSpec(name=f"jit/{fn}", op="scale", backend="jit", target=JitRow(defects / f"{stem}.cu", fn),
                              available="rapid_llm.kernels.toolchain.jit:available", dtypes=("bf16", "fp16", "fp32"),
                              devices=("cuda",)), replace=True)
     return f"jit/{fn}"
 
 
-def check(stem: str, how: str) -> str:
-    name = register(stem)
+def check(defects: Path, stem: str, how: str) -> str:
+    name = register(defects, stem)
     if how == "verify":
         report = verify(name, dtypes=["fp32"], isolate=False)
         if report.defects:
@@ -60,10 +59,16 @@ def check(stem: str, how: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("defects", type=Path, help="the folder of defect sources (tests/unit/verification/defects)")
     parser.add_argument("--only", nargs="+", help="source stems to run")
     parser.add_argument("--checks", nargs="+", choices=["verify", "sanitize", "child"],
                         help="kinds of check to run (default: all)")
     args = parser.parse_args(argv)
+    missing = sorted({stem for stem, _ in CASES if not (args.defects / f"{stem}.cu").is_file()})
+    if missing:
+        print(f"defect_table: {args.defects} has no {', '.join(s + '.cu' for s in missing)} (the defect sources, "
+              "e.g. tests/unit/verification/defects)")
+        return 1
     if not torch.cuda.is_available():
         print("defect_table: needs a CUDA device")
         return 1
@@ -75,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         try:
-            said = check(stem, how)
+            said = check(args.defects, stem, how)
         except Exception as exc:  # a check that cannot run is a row of the table too
             said = f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         said = said.replace("|", "/").replace("\n", " ")

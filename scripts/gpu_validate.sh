@@ -103,7 +103,7 @@ case $stage in
   checks)
     step strided python -m pytest -q -rs -p no:cacheprovider tests/unit/dispatch/test_dispatch.py -k "strided and cuda"
     step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/unit/verification/test_defect_kernels.py
-    step defect_table python scripts/defect_table.py
+    step defect_table python scripts/defect_table.py tests/unit/verification/defects
     step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/unit/notebook/test_inside_a_kernel.py \
       tests/unit/inspection/test_profiling.py -m gpu
     step notebook_08 python scripts/run_notebooks.py notebooks/08_inside_a_kernel.ipynb
@@ -130,7 +130,7 @@ case $stage in
     ;;
   verify)
     step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_cheats.py tests/unit/bench/test_harness.py
-    step cheat_table python scripts/cheat_table.py
+    step cheat_table python scripts/cheat_table.py tests/contract/cheats/cheat_rows.py
     step verify_times python benchmarks/kernels/bench_verify.py --cells scale_vec rms_norm_cell --edits 10 --fresh 3 \
       --memcheck 10 --memcheck-fresh 3 --out "$out/verify_times.json"
     step notebook_07 python scripts/run_notebooks.py notebooks/07_find_wrong_kernels.ipynb

@@ -141,3 +141,55 @@ def test_string_references_are_edges():
                                     "rapid_llm.kernels.toolchain.jit", "rapid_llm.bench.ops"])
 def test_the_graph_sees_real_edges(module):
     assert _graph()[module], f"{module} should import something of rapid_llm; the reader is broken"
+
+
+# ------------------------------------------------------------------ nothing outside tests/ imports them
+
+REPO = ROOT.parent
+#: The trees that run without the tests. The tests' fixtures (cheat rows, defect kernels) stay in tests/; a script
+#: that runs them takes their path as an argument.
+RUNNABLE = ("rapid_llm", "scripts", "benchmarks")
+#: "tests.pkg.mod:attr", a lazy reference into the tests.
+_TESTS_REF = re.compile(r"^tests(?:\.\w+)*:\w+$")
+
+
+def imports_of_tests(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every import of the ``tests`` package in ``source``: ``import tests...``, ``from tests...
+    import ...``, ``import_module("tests...")`` or ``__import__("tests...")``, and a lazy ``"tests....:attr"``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _TESTS_REF.match(node.value):
+            names = [node.value]
+        elif (isinstance(node, ast.Call)
+              and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names = [node.args[0].value]
+        found += [(node.lineno, n) for n in names if n.split(":")[0] == "tests" or n.startswith("tests.")]
+    return found
+
+
+def test_nothing_outside_the_tests_imports_them():
+    bad = [f"{path.relative_to(REPO)}:{line}: {name}" for top in RUNNABLE for path in sorted((REPO / top).rglob("*.py"))
+           for line, name in imports_of_tests(path.read_text())]
+    assert bad == [], "the package, scripts/ and benchmarks/ must run without tests/:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source", [
+    "import tests", "import tests.conftest as c", "from tests.contract.cheats import cheat_rows",
+    "from tests import jit_builders", "def f():\n    from tests.unit.bench import x\n",
+    "importlib.import_module('tests.reference')", "__import__('tests.hang_guard')",
+    "ROW = 'tests.contract.cheats.cheat_rows:scale_in_bf16'",
+])
+def test_the_reader_sees_each_form_of_import_of_the_tests(source):
+    assert imports_of_tests(source), source
+
+
+def test_the_reader_passes_other_names():
+    source = ("import testsuite\nfrom .tests import x\nfrom rapid_llm.tests_helpers import y\n"
+              "ROWS = 'tests/contract/cheats/cheat_rows.py'\nMSG = 'tests: 3 passed'\nREF = 'rapid_llm.x:tests'\n")
+    assert imports_of_tests(source) == []
