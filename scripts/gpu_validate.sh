@@ -4,12 +4,14 @@
 #   scripts/gpu_validate.sh OUTDIR tests   # the whole test suite (JIT rows, magic builds, capture)
 #   scripts/gpu_validate.sh OUTDIR suite   # the same suite in 4 concurrent shards of test files, beside strict
 #                                          # nbval of every notebook (for a machine with many cores)
-#   scripts/gpu_validate.sh OUTDIR jit     # build times, fast path against torch's loader (JSON for
-#                                          # rapid_llm/kernels/results/), and the per-call cost of both
-#   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (recorded, JSON for rapid_llm/kernels/results/),
+#   scripts/gpu_validate.sh OUTDIR jit     # build times, fast path against torch's loader (JSON in OUTDIR, for
+#                                          # benchmarks/results/jit/), and the per-call cost of both
+#   scripts/gpu_validate.sh OUTDIR bench   # scale benchmark (its figures written into
+#                                          # rapid_llm/kernels/ops/elementwise/scale/figures/<gpu>.json),
 #                                          # harness checks, dispatch overhead, widget PNGs for docs/
-#   scripts/gpu_validate.sh OUTDIR llm     # the LLM ops over tokens against torch.compile (JSON for
-#                                          # rapid_llm/kernels/results/, the log for benchmarks/results/logs/)
+#   scripts/gpu_validate.sh OUTDIR llm     # the LLM ops over tokens against torch.compile (each op's figures
+#                                          # written into rapid_llm/kernels/ops/<group>/<op>/figures/<gpu>.json,
+#                                          # the log for benchmarks/results/logs/)
 #   scripts/gpu_validate.sh OUTDIR checks  # verify's defect kernels, the sanitizer, strided dispatch, a kernel's
 #                                          # printf in its cell, SASS in inspect(), profile() under ncu,
 #                                          # occupancy against the driver, notebook 08, dispatch overhead
@@ -30,8 +32,11 @@
 #   scripts/gpu_validate.sh OUTDIR shards FILE...  # the given test files dealt over 4 concurrent pytest shards
 #                                          # (largest first), for a re-run of part of the suite
 #   scripts/gpu_validate.sh OUTDIR quant   # scaled_fp8_quant and merge_attn_states: every GPU test, vLLM's
-#                                          # matrices included, and their figures over tokens
+#                                          # matrices included, and their figures over tokens (written into
+#                                          # their ops' figures/<gpu>.json)
 #
+# <gpu> is the GPU kind as the figures files name it (nvidia_h200 on an H200); figures written into the
+# package are the committed ones: review them with git diff before committing.
 # Run from the project root. RAPID_LLM_CACHE_DIR, when set, is shared by the steps so the
 # JIT sources are built once; the build-time benchmark always uses caches of its own.
 set -uo pipefail
@@ -49,6 +54,7 @@ step() {  # step NAME COMMAND...: run, tee the log, remember a failure
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.log"
 python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" | tee -a "$out/gpu.log"
+gpu=$(python -c "from rapid_llm.kernels import platform; print(platform.slug(platform.device_label('cuda')))")
 
 case $stage in
   tests)
@@ -56,7 +62,7 @@ case $stage in
     ;;
   suite)
     # Files dealt largest first over the shards; timing-sensitive files (compare's verdicts) run alone later.
-    mapfile -t files < <(ls -S tests/test_*.py tests/*/test_*.py | grep -v tests/unit/bench/test_compare.py)
+    mapfile -t files < <(find tests -name 'test_*.py' ! -path tests/unit/bench/test_compare.py -print0 | xargs -0 ls -S)
     for shard in 0 1 2 3; do
       picked=()
       for i in "${!files[@]}"; do (( i % 4 == shard )) && picked+=("${files[$i]}"); done
@@ -88,17 +94,17 @@ case $stage in
     grep -h "passed\|failed\|error" "$out"/pytest_shard*.log | tail -n 8
     ;;
   jit)
-    step bench_build python benchmarks/jit/bench_build.py --out "$out/build_nvidia_h200.json"
+    step bench_build python benchmarks/jit/bench_build.py --out "$out/build_$gpu.json"
     step bench_call python benchmarks/jit/bench_call.py
     ;;
   bench)
-    step bench_scale python benchmarks/bench_op.py scale --out rapid_llm/kernels/ops/elementwise/scale/figures/nvidia_h200.json
+    step bench_scale python benchmarks/bench_op.py scale --results
     step check_harness python benchmarks/bench_op.py --check-harness
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
-    step widgets python -m rapid_llm.notebook.widgets docs/img --results rapid_llm/kernels/ops/elementwise/scale/figures/nvidia_h200.json
+    step widgets python -m rapid_llm.notebook.widgets docs/img --results "rapid_llm/kernels/ops/elementwise/scale/figures/$gpu.json"
     ;;
   llm)
-    step llm_ops python benchmarks/bench_llm_ops.py --results rapid_llm/kernels/results
+    step llm_ops python benchmarks/bench_llm_ops.py --results
     ;;
   checks)
     step strided python -m pytest -q -rs -p no:cacheprovider tests/unit/dispatch/test_dispatch.py -k "strided and cuda"
@@ -117,7 +123,7 @@ case $stage in
     step nbval_09 python -m pytest -q -p no:cacheprovider --nbval notebooks/09_new_op.ipynb
     ;;
   models)
-    step bench_block python benchmarks/models/bench_block.py --repeats 30 --out "$out/block_nvidia_h200.json"
+    step bench_block python benchmarks/models/bench_block.py --repeats 30 --out "$out/block_$gpu.json"
     step custom_op_overhead python benchmarks/kernels/bench_custom_op_overhead.py --op rms_norm --pairs 7 --cpp-floor
     step strided_graph python benchmarks/kernels/bench_strided.py --graph
     step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_custom_ops.py
@@ -139,8 +145,7 @@ case $stage in
   quant)
     step quant_tests python -m pytest -q -rs -p no:cacheprovider tests/ops/test_scaled_fp8_quant.py \
       tests/ops/test_merge_attn_states.py tests/unit/verification/test_compare_modes.py
-    step quant_bench python benchmarks/bench_llm_ops.py --ops scaled_fp8_quant merge_attn_states --dtype bf16 \
-      --results rapid_llm/kernels/results
+    step quant_bench python benchmarks/bench_llm_ops.py --ops scaled_fp8_quant merge_attn_states --dtype bf16 --results
     ;;
   *)
     echo "unknown stage $stage (tests, suite, parallel, shards, jit, bench, llm, checks, newop, models, compare, verify or quant)" >&2; exit 2 ;;
