@@ -61,9 +61,11 @@ def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_direc
         "import rapid_llm, rapid_llm.kernels as K\n"
         "from rapid_llm.kernels.dispatch import measurements\n"
         "print(rapid_llm.__file__)\n"
-        "fig = measurements.lookup('rms_norm', 'jit/rms_norm', 'NVIDIA H200', 'bf16', 13)\n"
+        "from rapid_llm.kernels.toolchain.digests import code_digest\n"
+        "digest = code_digest(K.get_row('jit/rms_norm'))\n"
+        "fig = measurements.lookup('rms_norm', 'jit/rms_norm', 'NVIDIA H100 80GB HBM3', 'bf16', 13, digest)\n"
         "print(fig.median_us > 0, fig.source)\n"
-        "print(sorted(p.name for p in measurements.committed_results()))\n"
+        "print(sorted(measurements.committed_label(p) for p in measurements.committed_results()))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a PYTHONPATH naming the checkout would win
     out = subprocess.run([str(python), "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True,
@@ -71,6 +73,6 @@ def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_direc
     assert out.returncode == 0, out.stderr
     location, figure, files = out.stdout.splitlines()
     assert location.startswith(site), f"imported {location}, not the installed wheel under {site}"
-    assert figure.startswith("True committed") and "rms_norm_nvidia_h200.json" in figure, figure
-    shipped = sorted(p.name for p in measurements.committed_results())
+    assert figure == "True committed norm/rms_norm/figures/nvidia_h100_80gb_hbm3.json", figure
+    shipped = sorted(measurements.committed_label(p) for p in measurements.committed_results())
     assert files == str(shipped)
