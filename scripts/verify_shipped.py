@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Verify the shipped CUDA rows on this GPU and write each one's golden record into its row line.
 
-    python scripts/verify_shipped.py [ROW ...]        # default: every jit row under kernels/shipped_cu/
+    python scripts/verify_shipped.py [ROW ...]        # default: every jit row in kernels/ops/
 
 A shipped ``.cu`` row carries its golden record on its first line. A new or
 edited source starts unverified (dispatch never picks it); this runs

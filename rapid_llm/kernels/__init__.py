@@ -44,7 +44,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 __all__ = sorted(_EXPORTS)
 
 # The floors above the registry, wired in from here (the one place that sees them all), by reference, so this
-# imports nothing heavy: the .cu rows shipped in kernels/shipped_cu are found with the op groups, and every
+# imports nothing heavy: the .cu rows in the op folders (kernels/ops/) are found with the ops, and every
 # declared op becomes a torch custom op.
 from rapid_llm.kernels.registry import spec as _registry  # noqa: E402 - after the exports it serves
 

@@ -93,7 +93,7 @@ class CudaJitMagics(Magics):
 
         The cell is saved as csrc/<group>/NAME.cu: csrc/ at the project root
         is the cells' workspace, not the package's shipped sources (those live
-        in rapid_llm/kernels/shipped_cu/; promote() makes a cell one). An unchanged cell re-run loads from the build cache at once; an edited
+        in rapid_llm/kernels/ops/<group>/<op>/; promote() makes a cell one). An unchanged cell re-run loads from the build cache at once; an edited
         one rebuilds and its new code is what runs, no restart needed. A
         compile error shows the compiler's errors at the cell's line numbers
         and the last good build keeps serving. Without a GPU or nvcc the cell

@@ -1,6 +1,6 @@
 """A .cu file is a row: the generic JIT target, and rows that .cu files declare about themselves.
 
-A shipped source under ``kernels/shipped_cu/<group>/`` becomes a row by carrying one
+A shipped source in an op's folder, ``kernels/ops/<group>/<op>/``, becomes a row by carrying one
 line, written by ``promote()`` (or by hand)::
 
     // rapid_llm row: {"name": "jit/scale", "op": "scale", "fn": "scale_vec", "dtypes": ["bf16", "fp16", "fp32"],

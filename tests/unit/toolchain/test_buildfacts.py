@@ -124,7 +124,7 @@ def test_sass_with_lineinfo_asks_nvdisasm_first_and_names_cell_lines(monkeypatch
     assert called == ["/bin/cuobjdump", "/bin/nvdisasm"]  # cuobjdump prints no source lines; nvdisasm -g does
     sass = inspection.annotate_cell_lines(Done.stdout, Path("/p/csrc/elementwise/x.cu"))
     assert '//## File "/p/csrc/elementwise/x.cu", line 9 (cell line 10)' in sass
-    shipped = Path("/site/rapid_llm/kernels/shipped_cu/elementwise/x.cu")  # a shipped source has no cell lines
+    shipped = Path("/site/rapid_llm/kernels/ops/elementwise/x/x.cu")  # a shipped source has no cell lines
     assert "cell line" not in inspection.annotate_cell_lines(Done.stdout.replace("/p/", "/site/rapid_llm/kernels/"),
                                                              shipped)
 

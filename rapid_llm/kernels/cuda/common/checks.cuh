@@ -1,7 +1,7 @@
 // Helpers for TORCH_CHECK messages in sources built through torch's extension loader (they include torch
 // headers; a fast-path source has rl::Tensor::describe() in rapid_llm.cuh instead). Such a source, a
 // %%cuda_jit cell or benchmarks/jit/kernels/torch/scale.cu, includes it as "common/checks.cuh": the
-// torch builder puts rapid_llm/kernels/shipped_cu/ on the include path.
+// torch builder puts rapid_llm/kernels/cuda/ on the include path.
 //
 // Shapes are formatted with std::to_string rather than by streaming an
 // IntArrayRef: on torch 2.11+cu130 with the system g++, streaming an integer
