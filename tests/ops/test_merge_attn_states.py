@@ -4,9 +4,10 @@ tails (a head size that is no 16-byte multiple, one element) and empty inputs; t
 (+inf and -inf as an empty side, the other passed through bit for bit even when the empty side holds NaN,
 both empty, NaN); and the errors a bad call gets.
 
-On CPU the rows are the native floor and the Triton row in Triton's interpreter; on a GPU (tests marked gpu)
-the CUDA row too, vLLM's whole matrix, CUDA-graph capture and the op under torch.compile. That every row
-passes verify and holds its record is tests/contract/test_rows.py's.
+On CPU the rows are the native floor and the Triton row in Triton's interpreter; on a GPU the CUDA row too.
+vLLM's whole matrix, CUDA-graph capture and the op under torch.compile are in
+tests/gpu/ops/test_merge_attn_states.py. That every row passes verify and holds its record is
+tests/contract/test_rows.py's.
 """
 from __future__ import annotations
 
@@ -136,66 +137,3 @@ def test_the_op_dispatches_and_is_a_custom_op():
     again = (torch.empty_like(args[0]), torch.empty_like(args[1]), *args[2:])
     torch.ops.rapid_llm.merge_attn_states(*again)
     assert torch.equal(again[0], args[0]) and torch.equal(again[1], args[1])
-
-
-# ------------------------------------------------------------------ on a GPU (marked gpu)
-# merge_attn_states on a GPU: every row (native, Triton, CUDA) verified in the special-values mode, vLLM's whole test_merge_attn_states matrix (tokens 256, 512, 613, 1024, 1536, 4096 x heads 4, 8, 16, 32, 48, 64 x head sizes 32, 48, 64, 96, 128, 256 x fp32 / fp16 / bf16, each side 10 % +inf LSE), the special values, CUDA-graph capture, and the op under torch.compile.
-
-ROWS = ("native/merge_attn_states", "triton/merge_attn_states", "jit/merge_attn_states")
-CUDA = torch.device("cuda")
-TOKENS = (256, 512, 613, 1024, 1536, 4096)
-HEADS = (4, 8, 16, 32, 48, 64)
-
-
-@pytest.fixture(params=ROWS)
-def gpu_row(request):
-    row = spec.get_row(request.param)
-    avail = row.probe(CUDA)
-    if not avail:
-        pytest.skip(f"{row.name}: {avail.reason}")
-    return row
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("head_size", R.VLLM_HEAD_SIZES)
-@pytest.mark.parametrize("heads", HEADS)
-@pytest.mark.parametrize("tokens", TOKENS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: platform.dtype_name(d))
-def test_vllm_matrix(gpu_row, dtype, tokens, heads, head_size):
-    check(gpu_row.load(), vllm_case(tokens, heads, head_size, dtype, CUDA, seed=tokens + heads + head_size))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: platform.dtype_name(d))
-def test_special_values_on_cuda(gpu_row, dtype):
-    test_special_values(gpu_row.load(), CUDA, dtype)
-
-
-@pytest.mark.gpu
-def test_graph_capture_replays_the_eager_result(gpu_row):
-    fn = gpu_row.load()
-    args = vllm_case(256, 16, 128, torch.bfloat16, CUDA)
-    eager = (torch.empty_like(args[0]), torch.empty_like(args[1]), *args[2:])
-    fn(*eager)
-    fn(*args)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn(*args)
-    args[0].zero_()
-    args[1].zero_()
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(args[0], eager[0]) and torch.equal(args[1].nan_to_num(), eager[1].nan_to_num())
-
-
-@pytest.mark.gpu
-def test_dispatch_and_compile():
-    args = vllm_case(256, 16, 128, torch.bfloat16, CUDA)
-
-    @torch.compile(fullgraph=True)
-    def merge(out, out_lse, v_a, lse_a, v_b, lse_b):  # the op's contract: writes out and out_lse, returns None
-        K.merge_attn_states(out, out_lse, v_a, lse_a, v_b, lse_b)
-
-    assert_by_compare_mode("merge_attn_states", merge, args)
-    check(lambda *a: K.merge_attn_states(*a), args[:])
-    print(K.explain("merge_attn_states", *args))

@@ -5,7 +5,7 @@ what the tolerance there cannot see: that the normalised value is multiplied
 by the weight in fp32 and rounded once, and that fused_add_rms_norm normalises
 the fp32 sum rather than the rounded residual. The native and Triton rows run
 here (Triton in its interpreter on CPU); the CUDA row's own checks are in
-test_rms_norm_jit.py.
+test_rms_norm_jit.py and tests/gpu/ops/test_rms_norm_jit.py.
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from rapid_llm.kernels.registry import spec
 from tests.reference import assert_close_to_ref, oracle
 
 HAS_CUDA = torch.cuda.is_available()
-#: Rows checked for bad input here (the CUDA row's launcher raises the same ValueError: test_rms_norm_jit.py).
+#: Rows checked for bad input here (the CUDA row's launcher raises the same ValueError on a GPU:
+#: tests/gpu/ops/test_rms_norm_jit.py).
 ROWS = ("native", "triton")
-#: Rows checked for numerics: the CUDA row too where a GPU is (its bad inputs: test_rms_norm_jit.py).
+#: Rows checked for numerics: the CUDA row too where a GPU is (its bad inputs: tests/gpu/ops/test_rms_norm_jit.py).
 NUMERIC_ROWS = ROWS + (("jit",) if HAS_CUDA else ())
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Agreement between a row and the float64 oracle, in verify's rule's ulps (eps of the dtype, relative): one
