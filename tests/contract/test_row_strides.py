@@ -4,10 +4,9 @@ vLLM and FlashInfer test these ops on such slices. Their Triton and CUDA rows de
 ("contiguous", "rows") and address each tensor at its own row stride (spec.row_stride), so those calls
 run a fast row instead of the floor. Here: a Triton row gives on a row-strided view bit for bit what it
 gives on a contiguous copy (in the interpreter on CPU), nothing reads or writes the gaps between rows,
-dispatch sends row-strided calls to a fast row and transposed ones to the floor; on a GPU the CUDA rows
-against the floor on both of their paths (a row stride that keeps rows 16-byte aligned keeps the vector
-path, an odd one takes the scalar path), and their launchers' errors. The numerics of every row on the
-references' strided edge cases are checked by test_rows.py.
+dispatch sends row-strided calls to a fast row and transposed ones to the floor. The CUDA rows on a GPU
+are in tests/gpu/contract/test_row_strides.py. The numerics of every row on the references' strided edge
+cases are checked by test_rows.py.
 """
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 EPS = 1e-6
-#: The fast rows: Triton runs here (its interpreter on CPU), the CUDA row on a GPU only.
-BACKENDS = ("triton", pytest.param("jit", marks=pytest.mark.gpu))
+#: The fast row checked here (in Triton's interpreter on CPU); the CUDA row's cases are the GPU file's.
+BACKENDS = ("triton",)
 #: (x's shape, its buffer's row width): vLLM's case, an odd stride (rows off the 16-byte grid), leading dims,
 #: a row wider than the one-pass/vector limit, rows narrower than a warp.
 NORM_VIEWS = [((5, 4096), 8192), ((3, 1024), 1025), ((2, 3, 520), 1040), ((2, 20000), 20008), ((9, 8), 24)]
@@ -39,12 +38,6 @@ def row_fn(name: str):
     if not avail:
         pytest.skip(f"{name}: {avail.reason}")
     return row.load()
-
-
-def launcher(name: str):
-    """A CUDA row's launcher itself (out first, no allocation): its checks, not the out rule's."""
-    row_fn(name)
-    return spec.get_row(name).target.launcher()
 
 
 def in_buffer(shape: tuple[int, ...], width: int, dtype: torch.dtype, seed: int = 0,
@@ -229,62 +222,3 @@ def test_silu_launcher_checks_the_row_stride_before_the_device():
         silu(torch.empty(32).expand(8, 32), torch.ones(8, 64))
     with pytest.raises(ValueError, match=r"^silu_and_mul: CUDA tensors only"):  # a row stride passes
         silu(torch.empty(8, 40)[:, :32], torch.ones(8, 128)[:, :64])
-
-
-def _cuda(*shape: int) -> torch.Tensor:
-    return torch.randn(*shape, device="cuda")
-
-
-#: (row, the launcher's arguments, the message).
-BAD_LAYOUTS = [
-    ("jit/rms_norm", lambda: (torch.empty(4, 64, device="cuda"), _cuda(64, 4).t(), _cuda(64), EPS),
-     r"^rms_norm: x must have a contiguous last dim and one row stride, got \[4, 64\] fp32 on cuda:\d with strides "
-     r"\[1, 4\]$"),
-    ("jit/rms_norm", lambda: (_cuda(64).expand(4, 64), _cuda(4, 64), _cuda(64), EPS),
-     r"^rms_norm: out must have a contiguous last dim and one row stride"),
-    ("jit/rms_norm", lambda: (torch.empty(2, 3, 64, device="cuda"), _cuda(2, 4, 128)[:, :3, :64], _cuda(64), EPS),
-     r"^rms_norm: x must have a contiguous last dim and one row stride, got \[2, 3, 64\] fp32 on cuda:\d with "
-     r"strides \[512, 128, 1\]$"),
-    ("jit/rms_norm", lambda: (torch.empty(4, 64, device="cuda"), _cuda(4, 64), _cuda(128)[::2], EPS),
-     r"^rms_norm: contiguous tensors only"),
-    ("jit/fused_add_rms_norm", lambda: (_cuda(64, 4).t(), _cuda(4, 64), _cuda(64), EPS),
-     r"^fused_add_rms_norm: x must have a contiguous last dim and one row stride"),
-    ("jit/fused_add_rms_norm", lambda: (_cuda(4, 128)[:, :64], _cuda(4, 128)[:, ::2], _cuda(64), EPS),
-     r"^fused_add_rms_norm: residual must have a contiguous last dim and one row stride"),
-    ("jit/silu_and_mul", lambda: (torch.empty(8, 32, device="cuda"), _cuda(64, 8).t()),
-     r"^silu_and_mul: x must have a contiguous last dim and one row stride"),
-]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("row, make, match", BAD_LAYOUTS,
-                         ids=["rms-x-transposed", "rms-out-overlapping", "rms-x-non-uniform", "rms-weight-step",
-                              "fused-x-transposed", "fused-residual-step", "silu-x-transposed"])
-def test_cuda_launchers_refuse_views_without_one_row_stride(row, make, match):
-    with pytest.raises(ValueError, match=match):
-        launcher(row)(*make())
-    torch.cuda.synchronize()  # no sticky CUDA error was left behind
-
-
-@pytest.mark.gpu
-def test_cuda_rows_replay_row_strided_inputs_in_a_graph():
-    """The row stride is a launch argument like any other: captured, it replays with the inputs' new values."""
-    rms, silu = row_fn("jit/rms_norm"), row_fn("jit/silu_and_mul")
-    x, _ = in_buffer((64, 4096), 8192, torch.bfloat16)
-    g, _ = in_buffer((64, 4096), 8192, torch.bfloat16, scale=4.0)
-    w = weight(4096, torch.bfloat16)
-    out, act = torch.empty(64, 4096, dtype=torch.bfloat16, device="cuda"), torch.empty(64, 2048, dtype=torch.bfloat16,
-                                                                                       device="cuda")
-    rms(x, w, EPS, out=out)
-    silu(g, out=act)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        rms(x, w, EPS, out=out)
-        silu(g, out=act)
-    x.copy_(in_buffer((64, 4096), 8192, torch.bfloat16, seed=7)[0])
-    g.copy_(in_buffer((64, 4096), 8192, torch.bfloat16, seed=8, scale=4.0)[0])
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, rms(x.contiguous(), w, EPS))
-    assert torch.equal(act, row_fn("native/silu_and_mul")(g))
