@@ -1,4 +1,4 @@
-"""The harness on CPU rows (and on a GPU when there is one). Speed is reported, never asserted."""
+"""The harness on CPU rows (on a GPU: tests/gpu/unit/bench/test_harness.py). Speed is reported, never asserted."""
 from __future__ import annotations
 
 import subprocess
@@ -100,30 +100,6 @@ def test_importing_the_harness_package_stays_light():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("graph", [False, True])
-def test_gpu_bench_rotates_cold_sets(graph):
-    x = torch.randn(1 << 16, device="cuda")
-    out = torch.empty_like(x)
-    r = bench(torch.mul, x, 2.0, out=out, bytes_moved=2 * x.nbytes, graph=graph, repeats=20)
-    _check_shape(r)
-    assert r.kind == "cuda" and not r.is_cpu and r.graph is graph
-    assert r.rotation_sets > 1 and r.device == torch.cuda.get_device_name()
-    assert r.roofline_fraction is not None
-    assert torch.equal(out, x * 2.0)  # the bench wrote torch.mul's own result into out
-
-
-@pytest.mark.gpu
-def test_gpu_stateful_and_host():
-    buf = torch.zeros(1024, device="cuda")
-    r = bench_stateful(lambda b: b.add_(1.0), lambda b: b.zero_(), buf, repeats=10)
-    assert r.kind == "cuda"
-    torch.cuda.synchronize()
-    assert float(buf.max()) <= 1.0  # the first set was reset before each of its calls
-    h = bench_host(torch.mul, buf, 2.0, n=50, rounds=3)
-    assert h.kind == "host"
 
 
 @pytest.mark.parametrize("make", [

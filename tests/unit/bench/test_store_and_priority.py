@@ -1,4 +1,7 @@
-"""Measured figures: where they come from, how they order dispatch, and that dispatch is deterministic."""
+"""Measured figures: where they come from, how they order dispatch, and that dispatch is deterministic.
+
+The whole path through a real CUDA-graph capture is in tests/gpu/unit/bench/test_store_and_priority.py.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -342,40 +345,6 @@ def test_a_row_that_fails_ahead_of_a_capture_warns_and_captures_keep_the_eager_r
         warnings.simplefilter("always")
         torch.testing.assert_close(K.prio(x, 3.0), x * 3.0)
     assert caught == []  # no second attempt
-
-
-@pytest.mark.gpu
-def test_a_cuda_graph_captures_the_device_time_winner_after_one_eager_call():
-    """The whole path on a GPU: the eager call runs the caller rule's row and readies the device rule's; the
-    capture then records the device rule's row, and explain inside the capture names the rule."""
-    import rapid_llm.kernels as K
-
-    ran = []
-
-    def tagged(tag):
-        def row(x, f, out=None):
-            ran.append(tag)
-            return _mul(x, f, out)
-        return row
-
-    rows = _three_rows("prio", _mul, tagged("a"), tagged("b"), devices=("cuda",), floor_devices=("cpu", "cuda"))
-    with spec.isolated():
-        declare_op("prio", rows=rows, reference=_REFERENCE, bench=_case)
-        name = platform.device_label(torch.device("cuda"))
-        measurements.record("prio", "triton/prio_a", name, "fp32", 1024, 2.0, host_us=30.0, graph_us=2.0)
-        measurements.record("prio", "jit/prio_b", name, "fp32", 1024, 3.0, host_us=4.0, graph_us=3.0)
-        x = torch.randn(1024, device="cuda")
-        torch.testing.assert_close(K.prio(x, 3.0), x * 3.0)
-        assert ran == ["b", "a"]  # the caller's row, then the capture's once on copies
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = K.prio(x, 3.0)
-            inside = str(K.explain("prio", x))
-        assert ran == ["b", "a", "a"] and "measured rows ranked by device time" in inside
-        x.copy_(torch.ones_like(x))
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(captured, torch.full_like(x, 3.0))
 
 
 def _scaled(x, factor, mode="plain", out=None):

@@ -1,7 +1,6 @@
-"""profile(): ncu's CSV parsed from a captured H200 run, and the one-line answers where nothing can be measured;
-on a GPU (marked gpu), profile() of scale's rows and inspect()'s occupancy against the CUDA driver's.
-
-    python -m pytest tests/unit/inspection/test_profiling.py -m gpu -s
+"""profile(): ncu's CSV parsed from a captured H200 run, and the one-line answers where nothing can be measured.
+profile() of real rows, and inspect()'s occupancy against the CUDA driver's, are in
+tests/gpu/unit/inspection/test_profiling.py.
 """
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels.inspection.profiling import KernelProfile, Profile
-from rapid_llm.kernels.inspection import inspector as inspection, profiling
+from rapid_llm.kernels.inspection import profiling
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 SAMPLE = SAMPLES / "ncu_scale_rows_h200.csv"  # ncu --metrics ... over three rows, without ranges
@@ -81,34 +80,6 @@ def test_profile_of_neither_an_op_nor_a_row_names_the_problem():
         profiling.profile("nonexistent", torch.ones(2))
 
 
-# ------------------------------------------------------------------ on a GPU (marked gpu)
-# On a GPU with Nsight Compute: profile() of scale's rows, and inspect()'s occupancy against the CUDA driver's.
-
-@pytest.mark.gpu
-@pytest.mark.skipif(profiling.ncu_path() is None, reason="needs Nsight Compute (ncu)")
-def test_profile_of_scale_gives_each_row_its_kernels_against_the_copy_roofline():
-    x = torch.randn(1 << 24, device="cuda", dtype=torch.bfloat16)
-    result = profiling.profile("scale", x, 1.7, rows=["jit/scale", "native/scale"])
-    print(result)
-    assert result.problem is None, str(result)
-    assert [k.row for k in result.kernels] == ["jit/scale", "native/scale"]
-    assert result.copy is not None and result.bytes_moved == 4 * x.numel()
-    for k in result.kernels:
-        assert 0.2 < result.of_copy(k) < 1.5 and 0 < k.achieved_occupancy <= 100 and k.top_stalls()
-        assert k.dram_read >= x.nbytes * 0.9  # a flushed cache: the input comes from DRAM
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("row", ["jit/scale", "triton/scale"])
-def test_occupancy_from_the_rules_is_what_the_driver_says(row):
-    report = inspection.inspect(row)
-    print(report)
-    assert report.facts and set(report.driver_blocks) == set(report.facts), report.notes
-    for symbol, blocks in report.driver_blocks.items():
-        assert report.occupancy(symbol).blocks_per_sm == blocks, (symbol, report.notes)
-        assert report.facts[symbol].max_threads >= report.block_size(symbol)  # the driver's largest block
-
-
 def test_against_compile_profiles_the_floor_of_the_op():
     """torch.compile is given the op's native floor: the kernels Inductor makes for the same op."""
     from rapid_llm.kernels.registry import spec
@@ -116,30 +87,3 @@ def test_against_compile_profiles_the_floor_of_the_op():
     assert spec.native_row("rms_norm").name == "native/rms_norm"
     assert spec.native_row("jit/rms_norm") is None  # a row name is no op
     assert profiling.COMPILE_RANGE.format("native/rms_norm") == "torch.compile(native/rms_norm)"
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(profiling.ncu_path() is None, reason="needs Nsight Compute (ncu)")
-def test_profile_against_compile_puts_inductors_kernel_beside_the_row():
-    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-    result = profiling.profile("rms_norm", x, w, 1e-6, rows=["jit/rms_norm"], against_compile=True)
-    print(result)
-    assert result.problem is None, str(result)
-    assert [k.row for k in result.kernels] == ["jit/rms_norm", "torch.compile(native/rms_norm)"]
-    assert all(k.time_ns > 0 for k in result.kernels)
-
-
-@pytest.mark.gpu
-def test_profile_one_call_runs_the_call_once_in_the_range_and_returns_its_result():
-    """The benchmark scripts' ncu helper calls fn exactly once, with its arguments, and hands back its result."""
-    x = torch.arange(8, device="cuda", dtype=torch.float32)
-    calls = []
-
-    def double(t, scale=1.0):
-        calls.append(1)
-        return t * 2 * scale
-
-    got = profiling.profile_one_call(double, "rapid_llm.test|double", x, scale=0.5)
-    assert len(calls) == 1
-    assert torch.equal(got, x)
