@@ -213,7 +213,7 @@ def test_silu_launcher_checks_the_row_stride_before_the_device():
     """silu_and_mul's launcher checks layout with the shapes, so the fast path built here (no GPU) tests it."""
     from rapid_llm.kernels.toolchain import jit
 
-    silu = jit.build_jit("silu_and_mul", "activation/silu_and_mul.cu", builder="fast").module.silu_and_mul
+    silu = jit.build_jit("silu_and_mul", "activation/silu_and_mul/silu_and_mul.cu", builder="fast").module.silu_and_mul
     with pytest.raises(ValueError, match=r"^silu_and_mul: x must have a contiguous last dim and one row stride, "
                                            r"got \[8, 64\] fp32 on cpu with strides \[1, 8\]$"):
         silu(torch.empty(8, 32), torch.ones(64, 8).t())

@@ -200,7 +200,7 @@ def launcher_module():
     """The shipped .cu built by the fast path (host and device passes); its checks run without a GPU."""
     from rapid_llm.kernels.toolchain import jit
 
-    return jit.build_jit("silu_and_mul", "activation/silu_and_mul.cu", builder="fast").module
+    return jit.build_jit("silu_and_mul", "activation/silu_and_mul/silu_and_mul.cu", builder="fast").module
 
 
 @needs_toolchain

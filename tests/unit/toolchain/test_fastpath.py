@@ -107,7 +107,7 @@ def test_builder_is_chosen_by_the_source(tmp_path):
     seed.write_text("#include <torch/extension.h>\nvoid f() {}\n")
     assert jit.default_builder(fast) == "fast"
     assert jit.default_builder(seed) == "torch"
-    assert jit.default_builder("elementwise/scale.cu") == "fast"  # the shipped row is a fast-path source
+    assert jit.default_builder("elementwise/scale/scale.cu") == "fast"  # the shipped row is a fast-path source
 
 
 def test_cache_key_covers_the_projects_headers(tmp_path):
