@@ -1,0 +1,59 @@
+"""The shipped rows under the cheat checks, for tests/contract/test_cheats.py (CPU, one seed) and
+tests/gpu/contract/test_cheats.py (a GPU, and the other seeds): every row of an op that runs on a device,
+verified, or timed with bench's integrity checks on (new content every call, checked calls, the memo probe)."""
+from __future__ import annotations
+
+import zlib
+from typing import Sequence
+
+import pytest
+
+from rapid_llm.bench import bench
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec
+from rapid_llm.kernels.registry.spec import KernelSpec
+from rapid_llm.kernels.verification.golden import verify
+
+#: The dtypes each row is timed in, where it takes them.
+BENCH_DTYPES = ("fp32", "bf16")
+
+
+def runnable_rows(op: str, device: str) -> list[KernelSpec]:
+    """The rows of ``op`` that run on ``device`` here."""
+    return [row for row in spec.rows_for(op) if device in row.devices and row.probe(device)]
+
+
+def shift_verify_seeds(monkeypatch: pytest.MonkeyPatch, seed_offset: int) -> None:
+    """verify seeds its cases from crc32 of the op and dtype: shift them, for cases no other run draws."""
+    crc32 = zlib.crc32
+    monkeypatch.setattr(zlib, "crc32", lambda data: crc32(data) + 1000 * seed_offset)
+
+
+def verify_every_row(device: str) -> int:
+    """verify each row of every op that runs on ``device``; each must pass with no defect. How many ran."""
+    checked = 0
+    for op in spec.all_ops():
+        for row in runnable_rows(op, device):
+            report = verify(row.name, device=device, record=False, sizes=(1, 4097))
+            assert report.passed and report.defects == (), str(report)
+            checked += 1
+    return checked
+
+
+def bench_every_row(op: str, device: str, numels: Sequence[int], *, warmup: int, repeats: int) -> int:
+    """Time each row of ``op`` that runs on ``device`` at each of ``numels``, in fp32 and bf16 where it takes
+    them, with the op's floor as the reference of the checked calls; bench refuses (raises) a row it catches.
+    How many calls of bench there were."""
+    from rapid_llm.bench.ops import floor_call, make_args
+
+    timed = 0
+    for row in runnable_rows(op, device):
+        for dtype in BENCH_DTYPES:
+            if dtype not in row.dtypes:
+                continue
+            for numel in numels:
+                case = make_args(op, numel, platform.torch_dtype(dtype), device)
+                bench(row.call_path(), *case.args, warmup=warmup, repeats=repeats, reference=floor_call(op),
+                      label=f"{row.name} {dtype} numel={numel}", **case.kwargs)
+                timed += 1
+    return timed
