@@ -14,8 +14,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 GPU = TESTS / "gpu"
-#: Files whose GPU tests are still to move into tests/gpu/. Each must still hold one: drop it here once moved.
-NOT_YET_MOVED = {"contract/test_cheats.py"}
 
 
 def _is_gpu_mark(node: ast.AST) -> bool:
@@ -62,15 +60,9 @@ def _outside_the_gpu_tree() -> dict[str, Path]:
 
 def test_nothing_outside_tests_gpu_is_marked_gpu():
     marked = {name: gpu_marks(path.read_text()) for name, path in _outside_the_gpu_tree().items()}
-    bad = [f"tests/{name} {where}" for name, places in marked.items() if name not in NOT_YET_MOVED
-           for where in places]
+    bad = [f"tests/{name} {where}" for name, places in marked.items() for where in places]
     assert bad == [], "GPU-only tests belong in tests/gpu/<the same path> (a CPU run does not collect it):\n" + \
         "\n".join(bad)
-
-
-@pytest.mark.parametrize("name", sorted(NOT_YET_MOVED))
-def test_the_files_not_yet_moved_still_hold_gpu_tests(name):
-    assert gpu_marks((TESTS / name).read_text()), f"tests/{name} holds no GPU test now: drop it from NOT_YET_MOVED"
 
 
 def test_every_test_file_in_tests_gpu_marks_its_module_gpu():
