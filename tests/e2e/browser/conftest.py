@@ -1,14 +1,15 @@
 """Fixtures of the JupyterLab browser test: what it needs, notebook copies, the server, Chromium.
 
 Everything here is module-scoped: one server and one browser serve all the
-notebooks, and both are gone before the rest of the session (nbval's run of
-the same notebooks) starts.
+notebooks. The notebooks run in a project of their own (``.browser_run/``),
+so nothing they write lands where nbval's run of the same notebooks, or
+another test, reads at the same time (under pytest-xdist, in another worker).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,13 +19,32 @@ from tests.e2e.browser.lab_server import LabServer
 
 ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+#: Notebooks the test runs with JupyterLab's Run All (test_jupyterlab.py says why these);
+#: the others are opened as committed. RAPID_LLM_LAB_RUN_ALL=1 runs every one.
+RUN_ALL = ("01_add_jit_kernel", "08_inside_a_kernel")
 #: Debian's Chromium; the test never downloads a browser.
 CHROMIUM = Path("/usr/bin/chromium")
-#: Where the notebooks are copied to run: inside the repository, so the notebooks still find
-#: pyproject.toml above them, and apart from notebooks/, so JupyterLab's autosave never
-#: touches a tracked file.
+#: Where the notebooks are copied to: inside the repository, so that the server (rooted there)
+#: serves them and notebook 10 finds ../benchmarks/results, and apart from notebooks/, so
+#: JupyterLab's autosave never touches a tracked file. It is a project root of its own (its
+#: pyproject.toml, a copy of csrc/): the %%cuda_jit cells save into .browser_run/csrc, never
+#: into the checkout's csrc/, which nbval's notebooks and the README's transcript test use (and a copy of
+#: notebooks/results, which notebooks 01 and 06 plot from, under the root they find).
 RUN_DIR = ROOT / ".browser_run"
 VIEWPORT = {"width": 1400, "height": 1000}
+
+
+def run_all() -> list[Path]:
+    """The notebooks run with Run All: RUN_ALL, or every one with RAPID_LLM_LAB_RUN_ALL=1."""
+    if os.environ.get("RAPID_LLM_LAB_RUN_ALL") == "1":
+        return NOTEBOOKS
+    return [nb for nb in NOTEBOOKS if nb.stem in RUN_ALL]
+
+
+def opened() -> list[Path]:
+    """The notebooks opened as committed (outputs and saved widget state), not run."""
+    running = run_all()
+    return [nb for nb in NOTEBOOKS if nb not in running]
 
 
 def missing_requirement() -> str | None:
@@ -49,24 +69,6 @@ def browser_requirements() -> None:
         pytest.skip(reason)
 
 
-def _git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def csrc_left_as_found(browser_requirements: None) -> Iterator[None]:
-    """The notebooks write their %%cuda_jit cells under csrc/ (byte-identical to the committed
-    files when all goes well); a change they leave is undone, unless csrc/ had changes before."""
-    before = _git("status", "--porcelain", "csrc")
-    yield
-    if before.returncode != 0 or before.stdout:
-        return  # not a git checkout, or someone's uncommitted work: leave it alone
-    changed = _git("status", "--porcelain", "csrc").stdout
-    if changed:
-        print(f"\nrunning the notebooks changed csrc/; restoring it:\n{changed}")
-        _git("checkout", "--", "csrc")
-
-
 def copy_without_outputs(source: Path, target: Path) -> None:
     """Copy a notebook with its outputs, execution counts and widget state cleared, so that
     everything the page shows afterwards comes from this run."""
@@ -80,11 +82,20 @@ def copy_without_outputs(source: Path, target: Path) -> None:
 
 @pytest.fixture(scope="module")
 def notebook_copies(browser_requirements: None) -> Iterator[Path]:
-    """``.browser_run/``: a cleared copy of every tutorial notebook; removed afterwards."""
+    """``.browser_run/``, a project of its own: a cleared copy of each notebook run here, a copy as committed of
+    each one opened, and the cells the notebooks read back from csrc/; removed afterwards."""
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     RUN_DIR.mkdir()
+    (RUN_DIR / "pyproject.toml").write_text("# The browser test's own project root: %%cuda_jit cells save into "
+                                            "its csrc/ (tests/e2e/browser/conftest.py)\n")
+    shutil.copytree(ROOT / "csrc", RUN_DIR / "csrc")
+    shutil.copytree(ROOT / "notebooks" / "results", RUN_DIR / "notebooks" / "results")  # figures they plot on a CPU
+    running = run_all()
     for notebook in NOTEBOOKS:
-        copy_without_outputs(notebook, RUN_DIR / notebook.name)
+        if notebook in running:
+            copy_without_outputs(notebook, RUN_DIR / notebook.name)
+        else:
+            shutil.copy(notebook, RUN_DIR / notebook.name)
     yield RUN_DIR
     shutil.rmtree(RUN_DIR, ignore_errors=True)
 
@@ -92,6 +103,7 @@ def notebook_copies(browser_requirements: None) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def lab_server(notebook_copies: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     server = LabServer(ROOT, tmp_path_factory.mktemp("jupyterlab"))
+    server.trust([notebook_copies / nb.name for nb in opened()])
     try:
         server.start()
         yield server

@@ -67,10 +67,23 @@ class LabServer:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
+        # JUPYTER_DATA_DIR holds the notebook signatures (which notebooks are trusted) and their key
         for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
-                         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("JUPYTER_RUNTIME_DIR", "runtime")):
+                         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("JUPYTER_RUNTIME_DIR", "runtime"),
+                         ("JUPYTER_DATA_DIR", "data")):
             env[var] = str(self.state_dir / sub)
         return env
+
+    def trust(self, notebooks: list[Path]) -> None:
+        """Sign ``notebooks`` with this server's key (``jupyter trust``), as a user trusts a notebook: JupyterLab
+        renders a trusted notebook's stored outputs in full (widgets from their saved state, HTML), an untrusted
+        one's only in their safe forms."""
+        if not notebooks:
+            return
+        proc = subprocess.run([sys.executable, "-m", "jupyter", "trust", *map(str, notebooks)],
+                              env=self.environment(), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"jupyter trust failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
 
     def start(self, timeout_s: float = 120) -> None:
         """Start the server and return once its REST API answers."""
