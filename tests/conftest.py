@@ -20,6 +20,13 @@ os.environ.setdefault("RAPID_LLM_CACHE_DIR", tempfile.mkdtemp(prefix="rapid_llm_
 
 NO_CUDA_REASON = "needs a CUDA device (torch.cuda.is_available() is False)"
 
+# Under pytest-xdist each worker is a process of its own, and torch gives each as many CPU threads as the
+# machine has cores: 14 workers on 16 cores ran 224 threads, and CPU-side work (float64 oracles, the harness's
+# CPU timing loops) slowed by up to 100x. The workers share the cores instead.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 # GPU-only tests live in tests/gpu/ (and are marked gpu): without CUDA a run over tests/ does not collect them,
 # so its skip count is the CPU suite's own. Naming tests/gpu or a file in it still collects it; the marker then
 # skips each test with the reason.
