@@ -107,16 +107,16 @@ case $stage in
     step llm_ops python benchmarks/bench_llm_ops.py --results
     ;;
   checks)
-    step strided python -m pytest -q -rs -p no:cacheprovider tests/unit/dispatch/test_dispatch.py -k "strided and cuda"
-    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/unit/verification/test_defect_kernels.py
+    step strided python -m pytest -q -rs -p no:cacheprovider tests/gpu/unit/dispatch/test_dispatch.py -k "strided and cuda"
+    step defects_gpu python -m pytest -q -rs -p no:cacheprovider tests/gpu/unit/verification/test_defect_kernels.py
     step defect_table python scripts/defect_table.py tests/unit/verification/defects
-    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/unit/notebook/test_inside_a_kernel.py \
-      tests/unit/inspection/test_profiling.py -m gpu
+    step inside_a_kernel python -m pytest -q -rs -s -p no:cacheprovider tests/gpu/unit/notebook/test_inside_a_kernel.py \
+      tests/gpu/unit/inspection/test_profiling.py
     step notebook_08 python scripts/run_notebooks.py notebooks/08_inside_a_kernel.ipynb
     step dispatch_overhead python benchmarks/kernels/bench_dispatch_overhead.py
     ;;
   newop)
-    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/unit/notebook/test_new_op.py \
+    step new_op python -m pytest -q -rs -s -p no:cacheprovider tests/gpu/unit/notebook/test_new_op.py \
       tests/unit/notebook/test_magic_compile_only.py tests/unit/toolchain/test_cu_compile.py tests/unit/verification/test_isolate.py \
       tests/unit/toolchain/test_promote.py
     step notebook_09 python scripts/run_notebooks.py notebooks/09_new_op.ipynb
@@ -126,7 +126,7 @@ case $stage in
     step bench_block python benchmarks/models/bench_block.py --repeats 30 --out "$out/block_$gpu.json"
     step custom_op_overhead python benchmarks/kernels/bench_custom_op_overhead.py --op rms_norm --pairs 7 --cpp-floor
     step strided_graph python benchmarks/kernels/bench_strided.py --graph
-    step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_custom_ops.py
+    step layer_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_custom_ops.py tests/gpu/contract/test_custom_ops.py
     ;;
   compare)
     step compare_power python benchmarks/bench_compare_power.py "$out/compare"
@@ -135,7 +135,8 @@ case $stage in
     step nbval_04 python -m pytest -q -p no:cacheprovider --nbval notebooks/04_benchmarking.ipynb
     ;;
   verify)
-    step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_cheats.py tests/unit/bench/test_harness.py
+    step cheat_tests python -m pytest -q -rs -p no:cacheprovider tests/contract/test_cheats.py tests/gpu/contract/test_cheats.py \
+      tests/unit/bench/test_harness.py tests/gpu/unit/bench/test_harness.py
     step cheat_table python scripts/cheat_table.py tests/contract/cheats/cheat_rows.py
     step verify_times python benchmarks/kernels/bench_verify.py --cells scale_vec rms_norm_cell --edits 10 --fresh 3 \
       --memcheck 10 --memcheck-fresh 3 --out "$out/verify_times.json"
@@ -144,7 +145,8 @@ case $stage in
     ;;
   quant)
     step quant_tests python -m pytest -q -rs -p no:cacheprovider tests/ops/test_scaled_fp8_quant.py \
-      tests/ops/test_merge_attn_states.py tests/unit/verification/test_compare_modes.py
+      tests/ops/test_merge_attn_states.py tests/gpu/ops/test_scaled_fp8_quant.py tests/gpu/ops/test_merge_attn_states.py \
+      tests/unit/verification/test_compare_modes.py
     step quant_bench python benchmarks/bench_llm_ops.py --ops scaled_fp8_quant merge_attn_states --dtype bf16 --results
     ;;
   *)
