@@ -1,0 +1,57 @@
+"""How pytest-xdist deals this suite out to its workers (``-n N --dist loadfile``, as the README's test command runs).
+
+As with plain ``--dist loadfile``, each file goes to one worker, whole and in order: under nbval a notebook's
+cells share one kernel, and a module's fixtures (the browser test's JupyterLab and Chromium) serve its tests.
+Beyond that, the files that cannot run beside each other, in two workers at once, make one unit, run one after
+another on one worker: those that use the checkout's ``csrc/``. A notebook's %%cuda_jit cells save there, and some
+read cells back: notebook 01 saves a draft of scale_vec that does not compile and then its fix under the same name,
+notebook 04 reads 01's and 06's cells back and runs them again, and tests/test_readme.py runs notebook 01's cell
+from there. Any of them beside 01 can find the draft. Which notebooks use csrc/ is read from their code
+(a %%cuda_jit cell, or a path into csrc), so a new tutorial needs no entry here. The browser test runs its
+notebooks in a project of its own (tests/e2e/browser/conftest.py) and needs none either.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+#: Test files, besides the notebooks, that read or write the checkout's csrc/.
+USES_CHECKOUT_CSRC = ("tests/test_readme.py",)
+#: The unit those files make.
+CHECKOUT_CSRC = "the checkout's csrc/"
+
+
+def uses_checkout_csrc(notebook: Path) -> bool:
+    """Whether a notebook's code saves a %%cuda_jit cell or reads one back (the magic, or a path into csrc)."""
+    try:
+        cells = json.loads(notebook.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return False
+    code = "".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    return "cuda_jit" in code or "csrc" in code
+
+
+def checkout_csrc_files() -> set[str]:
+    """The files (as pytest names them, from the repository root) that use the checkout's csrc/."""
+    notebooks = {f"notebooks/{nb.name}" for nb in sorted((ROOT / "notebooks").glob("*.ipynb")) if uses_checkout_csrc(nb)}
+    return notebooks | set(USES_CHECKOUT_CSRC)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # optional: a run without pytest-xdist has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001 - xdist's Producer
+    """``--dist loadfile``, with the files that use the checkout's csrc/ dealt as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    shared = checkout_csrc_files()
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return CHECKOUT_CSRC if scope in shared else scope
+
+    return Scheduling(config, log)
