@@ -1,11 +1,11 @@
-"""jit/scale: the tutorial's CUDA kernel, built once per module, checked against the oracle."""
+"""jit/scale on a GPU: the tutorial's CUDA kernel, built once per module, checked against the oracle. The CPU checks
+of the op are in tests/ops/test_scale.py."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from rapid_llm.kernels.registry import spec
-from tests.ops.scale_cases import DTYPES, FACTORS, SIZES, make_input
 from tests.reference import assert_close_to_ref, scale_ref
 
 pytestmark = pytest.mark.gpu
