@@ -4,12 +4,13 @@ Every row is verified on the reference inputs by test_rows.py; this file pins
 what the tolerance there cannot see: that the normalised value is multiplied
 by the weight in fp32 and rounded once, and that fused_add_rms_norm normalises
 the fp32 sum rather than the rounded residual. The native and Triton rows run
-here (Triton in its interpreter on CPU); the CUDA row's own checks are in
-test_rms_norm_jit.py and tests/gpu/ops/test_rms_norm_jit.py.
+here (Triton in its interpreter on CPU), and the CUDA rows' sources build for real through the fast path (host
+and device pass) and refuse CPU tensors; what the CUDA rows do on a GPU is in tests/gpu/ops/test_rms_norm.py.
 """
 from __future__ import annotations
 
 import inspect
+import shutil
 
 import pytest
 import torch
@@ -19,9 +20,9 @@ from tests.reference import assert_close_to_ref, oracle
 
 HAS_CUDA = torch.cuda.is_available()
 #: Rows checked for bad input here (the CUDA row's launcher raises the same ValueError on a GPU:
-#: tests/gpu/ops/test_rms_norm_jit.py).
+#: tests/gpu/ops/test_rms_norm.py).
 ROWS = ("native", "triton")
-#: Rows checked for numerics: the CUDA row too where a GPU is (its bad inputs: tests/gpu/ops/test_rms_norm_jit.py).
+#: Rows checked for numerics: the CUDA row too where a GPU is (its bad inputs: tests/gpu/ops/test_rms_norm.py).
 NUMERIC_ROWS = ROWS + (("jit",) if HAS_CUDA else ())
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Agreement between a row and the float64 oracle, in verify's rule's ulps (eps of the dtype, relative): one
@@ -269,3 +270,31 @@ def test_ops_dispatch_and_fused_returns_none():
     want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double(), 1e-6)
     assert K.fused_add_rms_norm(x, r, w, 1e-6) is None
     assert_close(torch.cat([r.flatten(), x.flatten()]), want, torch.bfloat16, "K.fused_add_rms_norm")
+
+
+# ---------------------------------------------------------------- the CUDA rows on CPU: build and refuse
+
+
+needs_toolchain = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
+                                     reason="the fast path needs g++ and the CUDA toolkit's headers (nvcc)")
+
+RMS, FUSED = "jit/rms_norm", "jit/fused_add_rms_norm"
+
+
+def launcher(row: str):
+    return spec.get_row(row).target.launcher()
+
+
+@needs_toolchain
+def test_sources_build_and_refuse_cpu_tensors():
+    rms, fused = launcher(RMS), launcher(FUSED)
+    x, w = torch.randn(2, 8), torch.ones(8)
+    with pytest.raises(ValueError, match=r"^rms_norm: CUDA tensors only"):
+        rms(torch.empty_like(x), x, w, 1e-6)
+    with pytest.raises(ValueError, match=r"^fused_add_rms_norm: CUDA tensors only"):
+        fused(x, x.clone(), w, 1e-6)
+
+
+def test_rows_declare_their_out_rule():
+    assert spec.get_row(RMS).target.out == "like_input"
+    assert spec.get_row(FUSED).target.out == "none"

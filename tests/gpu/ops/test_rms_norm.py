@@ -1,7 +1,7 @@
 """The CUDA rows jit/rms_norm and jit/fused_add_rms_norm on a GPU: the launchers' checks raise without leaving a CUDA
 error behind, both kernel paths (16-byte vectors, and the scalar two-pass fallback) and the launch shapes past one
-wave match the oracle, and a captured graph replays. Their build on CPU is in tests/ops/test_rms_norm_jit.py, their
-numerics against the oracle in tests/ops/test_rms_norm.py and tests/contract/test_rows.py.
+wave match the oracle, and a captured graph replays. Their build on CPU and their
+numerics against the oracle are in tests/ops/test_rms_norm.py and tests/contract/test_rows.py.
 """
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels.registry import spec
-from tests.ops.test_rms_norm import ULPS
-from tests.ops.test_rms_norm_jit import FUSED, RMS, launcher
+from tests.ops.test_rms_norm import FUSED, RMS, ULPS, launcher
 from tests.reference import assert_close_to_ref, oracle
 
 pytestmark = pytest.mark.gpu
