@@ -9,10 +9,13 @@ notebook 04 reads 01's and 06's cells back and runs them again, and tests/test_r
 from there. Any of them beside 01 can find the draft. Which notebooks use csrc/ is read from their code
 (a %%cuda_jit cell, or a path into csrc), so a new tutorial needs no entry here. The browser test runs its
 notebooks in a project of its own (tests/e2e/browser/conftest.py) and needs none either.
+
+The longest units are dealt first (LONGEST_FIRST), so that the run does not end on one of them alone.
 """
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,15 @@ ROOT = Path(__file__).resolve().parent
 USES_CHECKOUT_CSRC = ("tests/test_readme.py",)
 #: The unit those files make.
 CHECKOUT_CSRC = "the checkout's csrc/"
+#: Units dealt first, the longest first (seconds on CI's two cores, where known); the rest follow as loadfile deals
+#: them, most tests first. Only the order changes, and a unit that is gone is passed over: a long file left to the
+#: end runs alone while the other worker has nothing left to do.
+LONGEST_FIRST = (CHECKOUT_CSRC,  # about 150 s: nbval of six notebooks, 04's benchmarks among them
+                 "tests/e2e/browser/test_jupyterlab.py",  # about 90 s
+                 "tests/unit/toolchain/test_cu_compile.py",  # about 50 s of nvcc
+                 "tests/contract/test_cheats.py",  # about 40 s
+                 "tests/benchmarks/test_bench_scripts.py",  # about 35 s: a C++ extension build, torch.compile
+                 "tests/contract/test_rows.py")  # about 35 s, Triton rows in the interpreter
 
 
 def uses_checkout_csrc(notebook: Path) -> bool:
@@ -53,5 +65,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001 - x
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
             return CHECKOUT_CSRC if scope in shared else scope
+
+        def _assign_work_unit(self, node) -> None:  # noqa: ANN001 - xdist's WorkerController
+            queue = getattr(self, "workqueue", None)  # xdist's own: units in the order they are dealt
+            if isinstance(queue, OrderedDict):
+                for scope in reversed(LONGEST_FIRST):
+                    if scope in queue:
+                        queue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return Scheduling(config, log)
