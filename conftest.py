@@ -15,12 +15,22 @@ The longest units are dealt first (LONGEST_FIRST), so that the run does not end 
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent
+
+# Under pytest-xdist the processes a worker starts (nbval's kernels, the browser test's JupyterLab kernels, the
+# verify worker, a test's subprocess) get the worker's share of the cores for their OpenMP threads, as the worker
+# itself does (tests/conftest.py). torch would otherwise start a thread per core in each, and a thread that waits
+# at the end of a parallel region spins on a core the other worker needs: notebook 04 under nbval, beside one
+# busy process on two cores, took 70 s with two threads and 35 s with one.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 #: Test files, besides the notebooks, that read or write the checkout's csrc/.
 USES_CHECKOUT_CSRC = ("tests/test_readme.py",)
 #: The unit those files make.
