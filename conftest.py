@@ -27,10 +27,11 @@ ROOT = Path(__file__).resolve().parent
 # verify worker, a test's subprocess) get the worker's share of the cores for their OpenMP threads, as the worker
 # itself does (tests/conftest.py). torch would otherwise start a thread per core in each, and a thread that waits
 # at the end of a parallel region spins on a core the other worker needs: notebook 04 under nbval, beside one
-# busy process on two cores, took 70 s with two threads and 35 s with one.
+# busy process on two cores, took 62-70 s with two threads and 35-40 s with one (two runs each).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 #: Test files, besides the notebooks, that read or write the checkout's csrc/.
 USES_CHECKOUT_CSRC = ("tests/test_readme.py",)
 #: The unit those files make.
