@@ -219,7 +219,9 @@ def _cpp_identity() -> Callable[..., Any]:
     """torch.ops.rapid_llm_cpp_floor.identity: a C++ kernel registered with TORCH_LIBRARY, built here."""
     from torch.utils.cpp_extension import load_inline
 
-    load_inline("rapid_llm_cpp_floor", cpp_sources=[_CPP_FLOOR], is_python_module=False, extra_cflags=["-O2"])
+    # The source includes what it uses; torch/extension.h, which load_inline adds by default, would double the build.
+    load_inline("rapid_llm_cpp_floor", cpp_sources=[_CPP_FLOOR], is_python_module=False, extra_cflags=["-O2"],
+                no_implicit_headers=True)
     return torch.ops.rapid_llm_cpp_floor.identity.default
 
 
