@@ -161,7 +161,7 @@ class CudaJitMagics(Magics):
                                     f"{availability.reason}; {compile_only.reason}")
                 return
         status = StatusLine(live=getattr(self.shell, "kernel", None) is not None)
-        result = self._build(args, name, path, shown, flags, builder, status)
+        result = self._build(args, name, path, cell, shown, flags, builder, status)
         if compile_only is not None:
             self._compiled_only(args, name, path, shown, digest, dtypes, result, status, availability.reason)
             return
@@ -212,9 +212,9 @@ class CudaJitMagics(Magics):
             line += f"; row {cell_rows.row_name(name)} removed (this run has no --op)"
         self._bind(name, {})  # nothing can run here; a later failed edit keeps this build's row
         self.builds[name] = result
-        status.finish(line)
+        status.finish(line + _overwritten_note(result, shown))
 
-    def _build(self, args: Any, name: str, path: Path, shown: str, flags: tuple[str, ...],
+    def _build(self, args: Any, name: str, path: Path, cell: str, shown: str, flags: tuple[str, ...],
                builder: str | None, status: StatusLine) -> Any:
         """The jit.BuildResult, or a CellBuildError telling the compiler's errors at cell lines."""
         from rapid_llm.kernels.toolchain import jit
@@ -225,11 +225,11 @@ class CudaJitMagics(Magics):
         def work() -> Any:
             nonlocal captured
             if not verbose:
-                return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder)
+                return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder, text=cell)
             from rapid_llm.notebook.build_log import capture_fds
 
             with capture_fds() as captured:
-                return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder, verbose=True)
+                return jit.build_jit(name, path, extra_cuda_cflags=flags, builder=builder, verbose=True, text=cell)
 
         if verbose:
             print(f"source {path}\nflags  {' '.join(flags) or '(none)'}\nbuilder {builder or jit.default_builder(path)}")
@@ -306,7 +306,7 @@ class CudaJitMagics(Magics):
 
             spec, kept = cell_rows.register_cell_row(
                 name, args.op, target=JitRow(result.source, launcher, launcher=functions[launcher], digest=digest,
-                                                out=args.out, flags=tuple(flags)),
+                                                out=args.out, flags=tuple(flags), built_from=result.compiled_source),
                 available="rapid_llm.kernels.toolchain.jit:available", dtypes=dtypes,
                 graph_safe=not args.not_graph_safe, digest=digest,
                 description=f"%%cuda_jit {name} ({shown}), launcher {launcher}()",
@@ -318,7 +318,7 @@ class CudaJitMagics(Magics):
             line += f"; row {row} registered for op {args.op!r} ({golden}; {state})"
         elif cell_rows.drop_cell_row(name):
             line += f"; row {cell_rows.row_name(name)} removed (this run has no --op)"
-        status.finish(line)
+        status.finish(line + _overwritten_note(result, shown))
         self._hint_native(args.op)
 
     def _bind(self, name: str, functions: dict[str, Any]) -> None:
@@ -391,3 +391,18 @@ def _check_torch_cell(name: str, cell: str) -> None:
             "  PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"" + name + "\", &" + name + "); }\n"
             "or include \"common/rapid_llm.cuh\" instead of torch's headers and export the launcher with "
             "RL_EXPORT(" + name + "): the fast path builds that in under a second.")
+
+
+def _overwritten_note(result: Any, shown: str) -> str:
+    """What to add to the status line when the cell's file changed under its build (another process saved a
+    cell of the same name there): the build is this cell's content all the same (toolchain.snapshot)."""
+    snap = getattr(result, "snapshot", None)
+    if snap is None:
+        return ""
+    try:
+        if Path(result.source).read_bytes() == snap.files[0][1]:
+            return ""
+    except OSError:
+        pass
+    return (f"; {shown} changed during the build (another process saved other content there): built this cell's "
+            f"content, kept at {result.compiled_source}")

@@ -13,8 +13,12 @@ torch's own ``lock`` file does. Each build runs in a fresh staging directory
 and is published by renaming it into place, manifest included: the cache
 directory is complete or absent, and neither a dead build's files nor a
 compiler it orphaned can reach the next build. The manifest holds the
-binary's sha256; a cached binary that does not match it is rebuilt, never
-loaded. Every builder (rapid_llm.kernels.toolchain.jit) goes through here.
+sha256 of every file of the entry; an entry whose files do not match it is
+rebuilt, never loaded, and what the cache may load at all (whose entries, no
+symlinks) is :mod:`.cache_safety`'s rule. A user's source is read once
+(:mod:`.snapshot`): the key hashes those bytes and the compilers read a copy
+of them, so what is published under a key is built from the bytes it names.
+Every builder (rapid_llm.kernels.toolchain.jit) goes through here.
 """
 from __future__ import annotations
 
@@ -30,13 +34,17 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator, Protocol, Sequence
 
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.toolchain import snapshot as _snapshot
+from rapid_llm.kernels.toolchain.cache_safety import (CacheError, check_folder, disk_fault, entry_problem,
+                                                      low_on_space, open_lock, remove_obstacle)
 
-__all__ = ["CUDA_INCLUDE", "MANIFEST", "BuildError", "BuildRequest", "BuildResult", "Builder", "module_name", "cache_root",
+__all__ = ["CUDA_INCLUDE", "MANIFEST", "BuildError", "CacheError", "CacheRepaired", "sources_root", "BuildRequest", "BuildResult", "Builder", "module_name", "cache_root",
            "SOURCES_DIR", "cache_key", "build_binary", "fetch_binary", "import_binary", "resolve_source", "nvcc_path", "target_arch", "local_sources"]
 
 CUDA_INCLUDE = platform.CUDA_INCLUDE
@@ -45,6 +53,10 @@ MANIFEST = "rapid_llm_manifest.json"
 #: Beside each build, the sources it was built from (the source and the headers beside it that it includes), so
 #: an earlier version of a cell stays reachable by its digest after the cell is edited (rapid_llm.bench.row_versions).
 SOURCES_DIR = "sources"
+
+
+class CacheRepaired(UserWarning):
+    """A cache entry was damaged or unsafe and is being rebuilt; the message names it and why."""
 
 
 class BuildError(RuntimeError):
@@ -68,6 +80,9 @@ class BuildRequest:
     key: str
     build_dir: Path
     verbose: bool = False
+    #: The bytes a user's source was built from (``source`` is then their copy in the cache): kept beside the
+    #: build, and the project headers it includes are checked unchanged before the build is published.
+    snapshot: _snapshot.Snapshot | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +93,10 @@ class BuildResult:
     build_dir: Path
     builder: str
     source: Path | None = None
+    #: What was built: the source's bytes as read for this build (the file may have changed since), and the
+    #: copy of them the compilers read (it stays: a child process rebuilds a row from it, not from the file).
+    snapshot: _snapshot.Snapshot | None = None
+    compiled_source: Path | None = None
 
 
 class Builder(Protocol):
@@ -118,16 +137,28 @@ def local_sources(source: Path, seen: set[Path] | None = None) -> list[Path]:
 
 @functools.cache
 def _toolchain_fingerprint() -> str:
+    """Everything outside the sources that changes a binary: torch (version, CUDA tag, C++ ABI), nvcc, NVRTC,
+    the host compiler, Python."""
     import torch
 
-    nvcc = nvcc_path()
-    version = ""
-    if nvcc:
-        try:
-            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            version = "unknown"
-    return f"torch={torch.__version__};cuda={torch.version.cuda};nvcc={version.strip().splitlines()[-1:] }"
+    from rapid_llm.kernels.toolchain.fastpath.device import nvrtc_identity
+
+    parts = [f"torch={torch.__version__}", f"cuda={torch.version.cuda}",
+             f"cxx11abi={getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', None)}", f"python={sys.version}",
+             f"nvrtc={nvrtc_identity()}"]
+    for tool in (nvcc_path(), os.environ.get("CXX") or shutil.which("g++")):
+        parts.append(f"{tool}={_tool_version(tool)}")
+    return ";".join(parts)
+
+
+def _tool_version(tool: str | None) -> str:
+    if not tool:
+        return "absent"
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return " ".join(out.split())
 
 
 def _arch_list() -> str:
@@ -157,22 +188,24 @@ def target_arch() -> str:
     return f"{match[1]}.{match[2]}" if match else "9.0"
 
 
-def cache_key(source: Path, extra_cuda_cflags: Sequence[str], builder: str = "torch") -> str:
+def cache_key(source: Path | _snapshot.Snapshot, extra_cuda_cflags: Sequence[str], builder: str = "torch") -> str:
     """The name of a build: everything that changes the binary (see the module docstring).
 
     Not the digest of a source (``jit_row.source_digest``, which names the code): the same code
     built with other headers, another toolchain or for another arch is another build.
     """
+    snap = source if isinstance(source, _snapshot.Snapshot) else _snapshot.take(source)
     h = hashlib.sha256()
-    h.update(builder.encode())
-    for path in local_sources(source):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    h.update(repr(tuple(extra_cuda_cflags)).encode())
-    h.update(_toolchain_fingerprint().encode())
-    h.update(_arch_list().encode())
-    h.update(sys.version.encode())
+    for part in (builder, Path(snap.source_relpath).name, snap.digest, repr(tuple(extra_cuda_cflags)),
+                 _toolchain_fingerprint(), _arch_list(), target_arch()):
+        h.update(part.encode())
+        h.update(b"\0")
     return h.hexdigest()
+
+
+def sources_root() -> Path:
+    """Where user sources are copied to be compiled (snapshot.materialize), one folder per content."""
+    return platform.cache_dir("jit-sources")
 
 
 def _sha256(path: Path) -> str:
@@ -185,37 +218,67 @@ def _sha256(path: Path) -> str:
 
 @contextlib.contextmanager
 def _build_lock(build_dir: Path) -> Iterator[None]:
-    """Exclusive flock beside the build dir; the kernel releases it if we die."""
-    build_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(build_dir.parent / f"{build_dir.name}.flock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    """Exclusive flock beside the build dir (never through a symlink); the kernel releases it if we die."""
+    fd = open_lock(build_dir.parent / f"{build_dir.name}.flock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the flock too
 
 
 def _cached_binary(build_dir: Path, repair: bool = False) -> Path | None:
-    """The manifest's binary if it is intact, else None.
+    """The manifest's binary if the entry is intact and ours to load, else None.
 
-    ``repair`` (only under the build lock) also removes a directory that is
-    there but not intact, so the fresh build can be published in its place.
+    Raises CacheError for an entry that is not ours to rebuild (cache_safety). ``repair`` (only under the
+    build lock) removes an entry that is there but damaged or unsafe, saying so in one line, so the fresh
+    build can be published in its place.
     """
-    manifest = build_dir / MANIFEST
+    if not (build_dir.exists() or build_dir.is_symlink()):
+        return None
     try:
-        info = json.loads(manifest.read_text())
-        so = build_dir / info["binary"]
-        if so.exists() and _sha256(so) == info["sha256"]:
-            return so
-    except (ValueError, KeyError, TypeError, OSError):
-        pass
-    if repair and build_dir.exists():
-        shutil.rmtree(build_dir, ignore_errors=True)
+        problem = entry_problem(build_dir) or _entry_files_problem(build_dir)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        problem = "its manifest is unreadable"
+    except OSError as exc:
+        problem = f"it cannot be read ({exc.strerror})"
+    if problem is None:
+        return build_dir / json.loads((build_dir / MANIFEST).read_text())["binary"]
+    if repair:
+        warnings.warn(f"rapid_llm: rebuilding {build_dir}: {problem}", CacheRepaired, stacklevel=2)
+        remove_obstacle(build_dir)
+    return None
+
+
+def _entry_files_problem(build_dir: Path) -> str | None:
+    """Check every file the manifest lists (plain, ours, matching its sha256); why not, or None."""
+    manifest = build_dir / MANIFEST
+    problem = entry_problem(manifest)
+    if problem is not None:
+        return problem
+    info = json.loads(manifest.read_text())
+    files, binary = info["files"], info["binary"]
+    if binary not in files or Path(binary).name != binary:
+        return f"its manifest names a binary outside the entry ({binary!r})"
+    for name, sha in files.items():
+        parts = Path(name).parts
+        if Path(name).is_absolute() or ".." in parts or name == MANIFEST:
+            return f"its manifest names a file outside the entry ({name!r})"
+        for depth in range(1, len(parts) + 1):
+            problem = entry_problem(build_dir.joinpath(*parts[:depth]))
+            if problem is not None:
+                return problem
+        if _sha256(build_dir / name) != sha:
+            return f"{name} does not match its manifest (damaged)"
     return None
 
 
 def _staging_dirs(build_dir: Path) -> list[Path]:
     return sorted(build_dir.parent.glob(f"{build_dir.name}.staging-*"))
+
+
+def _phase(name: str) -> None:
+    """A point between two steps of a build; the tests kill a build at each (what it leaves must heal)."""
 
 
 def _build_and_publish(request: BuildRequest, builder: Builder) -> Path:
@@ -227,34 +290,66 @@ def _build_and_publish(request: BuildRequest, builder: Builder) -> Path:
     """
     final = request.build_dir
     for stale in _staging_dirs(final):
-        shutil.rmtree(stale, ignore_errors=True)
+        remove_obstacle(stale)
     staging = final.parent / f"{final.name}.staging-{os.getpid()}-{os.urandom(4).hex()}"
-    staging.mkdir(parents=True)
+    staging.mkdir(mode=0o755)
+    _phase("staged")
     try:
-        so = builder.build(dataclasses.replace(request, build_dir=staging))
-        so = Path(so)
+        so = Path(builder.build(dataclasses.replace(request, build_dir=staging)))
+        _phase("built")
         if so.parent != staging:
             raise RuntimeError(f"builder {builder.name!r} wrote {so} outside its build directory {staging}")
-        manifest = {"binary": so.name, "sha256": _sha256(so), "source": str(request.source),
-                    "flags": list(request.extra_cuda_cflags), "builder": builder.name}
-        _keep_sources(request.source, staging / SOURCES_DIR)
+        if request.snapshot is not None:
+            _keep_sources(request.snapshot, staging / SOURCES_DIR)
+            if not request.snapshot.shared_unchanged():
+                raise BuildError(f"building {request.snapshot.origin.name}: a project header it includes changed "
+                                 "during the build; nothing was kept, build it again", log="",
+                                 source=request.snapshot.origin)
+        origin = request.snapshot.origin if request.snapshot is not None else request.source
+        files = _seal(staging)
+        manifest = {"binary": so.name, "sha256": files[so.name], "source": str(origin),
+                    "flags": list(request.extra_cuda_cflags), "builder": builder.name, "files": files}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        _phase("sealed")
         os.rename(staging, final)
+        _phase("published")
+    except BuildError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if low_on_space(final.parent):
+            said = exc.log.strip().splitlines()[-1] if exc.log.strip() else str(exc).splitlines()[0]
+            raise CacheError(f"rapid_llm: cannot build into {final.parent}: the disk is full (the compiler said: "
+                             f"{said}); free space there or point RAPID_LLM_CACHE_DIR at another disk",
+                             final.parent) from None
+        raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final / so.name
 
 
-def _keep_sources(source: Path, into: Path) -> None:
-    """Copy the source and the local headers beside it (not the shared ones) into ``into``, paths kept."""
+def _seal(folder: Path) -> dict[str, str]:
+    """Make every file of a finished build writable by its owner only; each file's sha256, by relative path."""
+    sealed = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            continue
+        os.chmod(path, path.stat().st_mode & 0o7755)
+        if path.is_file():
+            sealed[path.relative_to(folder).as_posix()] = _sha256(path)
+    return sealed
+
+
+def _keep_sources(snap: _snapshot.Snapshot, into: Path) -> None:
+    """The bytes the build read: the source and the local headers beside it (not the shared ones), paths kept
+    relative to the source's folder (rapid_llm.bench.row_versions reads them back)."""
     into.mkdir()
-    base = source.resolve().parent
-    for path in local_sources(source):
+    base = (snap.root / snap.source_relpath).parent
+    for rel, data in snap.files:
+        path = snap.root / rel
         if path.is_relative_to(base):
             dest = into / path.relative_to(base)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest)
+            dest.write_bytes(data)
 
 
 def build_binary(request: BuildRequest, builder: Builder) -> Path:
@@ -263,14 +358,28 @@ def build_binary(request: BuildRequest, builder: Builder) -> Path:
 
 
 def fetch_binary(request: BuildRequest, builder: Builder) -> tuple[Path, bool]:
-    """:func:`build_binary`, and whether the binary came from the cache (no build in this call)."""
+    """:func:`build_binary`, and whether the binary came from the cache (no build in this call).
+
+    A disk fault while writing the cache (read-only, full, no permission) raises CacheError: one line with
+    the path and the fix; nothing half-written is left behind.
+    """
+    folder = request.build_dir.parent
+    check_folder(folder)
     so = _cached_binary(request.build_dir)
-    if so is None:
+    if so is not None:
+        return so, True
+    try:
+        folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         with _build_lock(request.build_dir):
             # Another process may have published it meanwhile; a broken one is removed here.
             so = _cached_binary(request.build_dir, repair=True)
             if so is None:
                 return _build_and_publish(request, builder), False
+    except OSError as exc:
+        fault = disk_fault(exc, folder)
+        if fault is None:
+            raise
+        raise fault from None
     return so, True
 
 

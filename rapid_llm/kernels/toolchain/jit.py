@@ -31,12 +31,14 @@ from rapid_llm.kernels.toolchain.cache import (
     import_binary,
     cache_key,
     cache_root,
-    local_sources,
     module_name,
     nvcc_path,
     resolve_source,
+    sources_root,
     target_arch,
 )
+from rapid_llm.kernels.toolchain import snapshot
+from rapid_llm.kernels.toolchain.cache_safety import CacheError, disk_fault
 from rapid_llm.kernels.registry.spec import Availability
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ __all__ = [
     "BuildRequest",
     "BuildResult",
     "BuildError",
+    "CacheError",
     "Builder",
     "TorchExtensionBuilder",
     "register_builder",
@@ -136,10 +139,11 @@ def _builder(key: str) -> Builder:
     return _BUILDERS[key]
 
 
-def default_builder(source: str | os.PathLike) -> str:
-    """"torch" for a source (or local header) that includes torch's headers, else "fast"."""
-    paths = local_sources(resolve_source(source))
-    return "torch" if any(_TORCH_SOURCE_RE.search(p.read_text(errors="replace")) for p in paths) else "fast"
+def default_builder(source: str | os.PathLike | snapshot.Snapshot) -> str:
+    """"torch" for a source (or a header it includes) that includes torch's headers, else "fast"."""
+    snap = source if isinstance(source, snapshot.Snapshot) else snapshot.take(resolve_source(source))
+    texts = [data for _, data in snap.files] + [path.read_bytes() for path, _ in snap.shared]
+    return "torch" if any(_TORCH_SOURCE_RE.search(t.decode(errors="replace")) for t in texts) else "fast"
 
 
 def register_builder(key: str, builder: Builder) -> None:
@@ -153,28 +157,49 @@ def builders() -> tuple[str, ...]:
 
 
 def build_jit(name: str, source: str | os.PathLike, *, extra_cuda_cflags: Sequence[str] = ("-O3",),
-              builder: str | None = None, verbose: bool = False) -> BuildResult:
+              builder: str | None = None, verbose: bool = False, text: str | None = None) -> BuildResult:
     """Build (or load from the disk cache) ``source``; hashes the source on every call.
 
     Use this where the source may have changed since the last call (the
     notebook magic). The per-call path of a row uses :func:`load_jit`.
+    The source and the headers it includes are read once (``text``, when
+    given, is the source's content, as a cell saved it: another process may
+    save another cell to the same path meanwhile); that snapshot is what is
+    hashed and compiled (rapid_llm.kernels.toolchain.snapshot).
     """
     if not name.isidentifier():
         raise ValueError(f"JIT module name must be an identifier, got {name!r}")
     start = time.perf_counter()
     path = resolve_source(source)
     flags = tuple(extra_cuda_cflags)
-    key_name = builder or default_builder(path)
+    snap = snapshot.take(path, text)
+    key_name = builder or default_builder(snap)
     if key_name not in builders():
         raise ValueError(f"unknown JIT builder {builder!r}; registered: {', '.join(builders())}")
     chosen = _builder(key_name)
-    key = cache_key(path, flags, key_name + getattr(chosen, "revision", ""))
+    key = cache_key(snap, flags, key_name + getattr(chosen, "revision", ""))
     build_dir = cache_root() / f"{name}_{key[:16]}"
-    request = BuildRequest(name, path, flags, key, build_dir, verbose)
-    so, cached = fetch_binary(request, chosen)
+    try:
+        copy = snapshot.materialize(snap, sources_root())
+    except OSError as exc:
+        raise (disk_fault(exc, sources_root()) or exc) from None
+    request = BuildRequest(name, copy, flags, key, build_dir, verbose, snap)
+    try:
+        so, cached = fetch_binary(request, chosen)
+    except BuildError as exc:
+        raise _told_at_origin(exc, copy, snap) from None
     loader = getattr(chosen, "load", None)
     module = loader(request, so) if loader is not None else import_binary(request, so)
-    return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name, path)
+    return BuildResult(module, cached, time.perf_counter() - start, build_dir, chosen.name, path, snap, copy)
+
+
+def _told_at_origin(exc: BuildError, copy: Path, snap: snapshot.Snapshot) -> BuildError:
+    """The compiler named the cached copy's paths: name the user's files instead."""
+    copy_root = copy
+    for _ in Path(snap.source_relpath).parts:
+        copy_root = copy_root.parent
+    told = str(copy_root), str(snap.root)
+    return BuildError(str(exc).replace(*told), exc.log.replace(*told), snap.origin)
 
 
 def compile_check(source: str | os.PathLike, archs: Sequence[str] | None = None, *,

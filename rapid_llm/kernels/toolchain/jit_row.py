@@ -60,7 +60,7 @@ class JitRow:
 
     def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
                  digest: str | None = None, not_built: str | None = None, out: str = DEFAULT_OUT,
-                 flags: tuple[str, ...] = ("-O3",)) -> None:
+                 flags: tuple[str, ...] = ("-O3",), built_from: str | Path | None = None) -> None:
         if out not in OUT_RULES:
             raise RegistryError(f"{Path(source).name}: out must be one of {', '.join(OUT_RULES)}, got {out!r}")
         self.source = Path(source)
@@ -71,8 +71,12 @@ class JitRow:
         self.not_built = not_built  # why it cannot run here (a %%cuda_jit cell without CUDA: unbuilt, or compiled only)
         self._launcher = launcher
         self._bound: Callable[..., Any] | None = None
+        #: the copy of the source its launcher was built from (the build cache's, which nothing rewrites; the
+        #: file at ``source`` may since hold another cell's text): a child process rebuilds the row from it
+        self.built_from = Path(built_from) if built_from is not None else None
         #: the source's digest when its launcher was built here (promote checks the file is still that code)
-        self.built_digest = source_digest(self.source.read_text()) if launcher is not None else None
+        self.built_digest = (source_digest((self.built_from or self.source).read_text()) if launcher is not None
+                             else None)
         self.__name__ = self.__qualname__ = fn
         self.__doc__ = (f"{fn}(*args): works in place, returns None." if out == "none" else
                         f"{fn}(input, *args, out=None): allocates out ({out}), then {fn}(out, input, *args).")

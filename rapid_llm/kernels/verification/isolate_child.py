@@ -38,7 +38,7 @@ def register(job: dict[str, Any]) -> str:
     golden = GoldenRecord(verified=False, baseline=job.get("baseline"))
     if job["kind"] == "jit":
         flags = ("-O3", "-lineinfo") if job.get("lineinfo") else ("-O3",)
-        target = JitRow(job["source"], job["fn"], out=job["out"], flags=flags)
+        target = JitRow(job.get("build_from", job["source"]), job["fn"], out=job["out"], flags=flags)
         row = KernelSpec(name=job["name"], op=job["op"], backend="jit", target=target,
                          available="rapid_llm.kernels.toolchain.jit:available", dtypes=tuple(job["dtypes"]),
                          devices=("cuda",), golden=golden, layouts=tuple(job["layouts"]))

@@ -20,7 +20,7 @@ from typing import Sequence
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.toolchain.fastpath.symbols import KernelRef, cubin_functions
 
-__all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "arch_name"]
+__all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "nvrtc_identity", "arch_name"]
 
 
 class DeviceCompileError(RuntimeError):
@@ -49,26 +49,46 @@ def arch_name(capability: str) -> str:
     return f"sm_{major}{minor or '0'}{suffix}"
 
 
-@functools.cache
-def nvrtc_library() -> tuple[ctypes.CDLL, str] | None:
-    """libnvrtc from the CUDA toolkit, else from the NVIDIA wheels torch installs; None if neither."""
+def _nvrtc_folders() -> list[Path]:
+    """Where libnvrtc may be: the CUDA toolkit, then the NVIDIA wheels torch installs."""
     dirs = []
     home = platform.cuda_home()
     if home is not None:
         dirs += [home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib"]
     for base in sys.path:
         dirs += [Path(p) for p in glob.glob(os.path.join(base, "nvidia", "*", "lib"))]
-    for d in dirs:
-        libs = sorted(glob.glob(str(d / "libnvrtc.so*")))
-        libs = [p for p in libs if "alt" not in Path(p).name]
-        if not libs:
+    return dirs
+
+
+def _nvrtc_in(folder: Path) -> str | None:
+    libs = [p for p in sorted(glob.glob(str(folder / "libnvrtc.so*"))) if "alt" not in Path(p).name]
+    return libs[0] if libs else None
+
+
+@functools.cache
+def nvrtc_identity() -> str:
+    """Which libnvrtc a build would use (path, size, mtime), without loading it: part of the build key."""
+    for folder in _nvrtc_folders():
+        lib = _nvrtc_in(folder)
+        if lib is not None:
+            st = os.stat(lib)
+            return f"{os.path.realpath(lib)}:{st.st_size}:{st.st_mtime_ns}"
+    return "none"
+
+
+@functools.cache
+def nvrtc_library() -> tuple[ctypes.CDLL, str] | None:
+    """libnvrtc from the CUDA toolkit, else from the NVIDIA wheels torch installs; None if neither."""
+    for d in _nvrtc_folders():
+        lib_path = _nvrtc_in(d)
+        if lib_path is None:
             continue
         try:
             # NVRTC dlopens its builtins by soname: load them first, from the same folder.
             for builtin in sorted(glob.glob(str(d / "libnvrtc-builtins.so*"))):
                 if "alt" not in Path(builtin).name:
                     ctypes.CDLL(builtin, mode=ctypes.RTLD_GLOBAL)
-            lib = ctypes.CDLL(libs[0])
+            lib = ctypes.CDLL(lib_path)
         except OSError:
             continue
         major, minor = ctypes.c_int(), ctypes.c_int()
