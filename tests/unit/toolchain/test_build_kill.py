@@ -1,0 +1,58 @@
+"""A build killed at any point leaves nothing the next build trips on: it builds, publishes an intact entry,
+and no staging folder of the dead build survives it."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rapid_llm.kernels.toolchain import cache, jit
+from tests.unit.toolchain.kill_worker import POINTS
+from tests.unit.toolchain.race_worker import race_body
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
+                                reason="compiling a cell needs g++ and nvcc")
+
+REPO = Path(__file__).resolve().parents[3]
+HANG_GUARD_S = 120  # a killed build is a few seconds; only a hang gets here
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    """A cache with the machine-wide builds (host support, call binding) done once for all points."""
+    root = tmp_path_factory.mktemp("warm")
+    env = dict(os.environ, RAPID_LLM_CACHE_DIR=str(root))
+    subprocess.run([sys.executable, "-c", "from rapid_llm.kernels.toolchain.fastpath.builder import warm; warm()"],
+                   env=env, check=True, timeout=HANG_GUARD_S, capture_output=True)
+    return root
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_build_killed_at_any_point_heals_on_the_next_run(point, tmp_path, warm_cache, monkeypatch):
+    root = tmp_path / "cache"
+    shutil.copytree(warm_cache, root)
+    if point == "host_support":
+        for built in root.glob("jit/host_support_*"):
+            shutil.rmtree(built) if built.is_dir() else built.unlink()
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(root))
+    source = tmp_path / "killed.cu"
+    source.write_text(race_body(f"kill-{point}").replace("void cell(", "void killed(").replace("RL_EXPORT(cell)",
+                                                                                                 "RL_EXPORT(killed)"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    dead = subprocess.run([sys.executable, "-m", "tests.unit.toolchain.kill_worker", str(source), point], env=env,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert dead.returncode == -9, dead.stdout + dead.stderr  # it died where it was told to
+
+    result = jit.build_jit("killed", source)
+    if point != "published":  # a build that died after publishing left a good entry: loading it is right
+        assert result.cached is False
+    manifest = json.loads((result.build_dir / cache.MANIFEST).read_text())
+    assert cache._cached_binary(result.build_dir) == result.build_dir / manifest["binary"]
+    assert b"RLHOST:kill-" + point.encode() in (result.build_dir / manifest["binary"]).read_bytes()
+    assert not list(root.glob("jit/*.staging-*")), "a dead build's staging folder survived the next build"
+    assert jit.build_jit("killed", source).cached  # and the entry serves the run after
