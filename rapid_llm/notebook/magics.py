@@ -12,6 +12,7 @@ only when a cell runs.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shlex
 import time
@@ -115,7 +116,7 @@ class CudaJitMagics(Magics):
 
     def _csrc(self) -> Path:
         if self.csrc_dir:
-            return Path(self.csrc_dir).expanduser().resolve()
+            return Path(os.path.abspath(Path(self.csrc_dir).expanduser()))  # a link keeps its name (workspace)
         return workspace.default_csrc()
 
     def _run(self, args: Any, cell: str) -> None:
@@ -242,6 +243,9 @@ class CudaJitMagics(Magics):
             raise self._build_failed(name, path, shown, log, status) from None
         except ImportError as exc:  # compiled and linked, but the loader refused it (an undefined symbol)
             raise self._build_failed(name, path, shown, f"loading the built module failed: {exc}", status) from None
+        except jit.CacheError as exc:  # the cache refused an entry, or the disk did (one line: path and fix)
+            status.close(f"building {shown}: failed")
+            raise UsageError(f"{exc} (the last good build of {name}, if any, keeps serving)") from None
         if verbose:
             if captured is not None and captured.text.strip():
                 print(captured.text.rstrip())

@@ -8,6 +8,7 @@ cell can write outside ``csrc/``.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -45,19 +46,49 @@ def check_identifier(value: str, what: str) -> str:
 
 
 def cell_path(csrc: Path, group: str, name: str, suffix: str = ".cu") -> Path:
-    """``csrc/<group>/<name><suffix>``, checked to stay inside ``csrc`` even through symlinks."""
+    """``csrc/<group>/<name><suffix>``, checked to stay inside ``csrc`` even through symlinks.
+
+    ``csrc`` itself may be a symlink to a folder elsewhere (cells kept on another disk): the path keeps the
+    link's name, so messages and cell-line mapping still say ``csrc/``; a link to nothing is refused.
+    """
     check_identifier(name, "NAME")
     if group:
         check_identifier(group, "--group")
-    csrc = Path(csrc).expanduser().resolve()
+    csrc = Path(os.path.abspath(Path(csrc).expanduser()))
+    if csrc.is_symlink() and not csrc.resolve().is_dir():
+        raise WorkspaceError(f"{csrc} is a symlink to {os.readlink(csrc)}, which is not a folder: create that "
+                             f"folder, or remove the link so cells are saved in a real {csrc.name}/")
     path = (csrc / group / f"{name}{suffix}") if group else (csrc / f"{name}{suffix}")
-    if csrc not in path.resolve().parents:
+    if csrc.resolve() not in path.resolve().parents:
         raise WorkspaceError(f"{path} resolves outside {csrc} (a symlink?); refusing to write there")
     return path
 
 
 def write_atomic(path: Path, text: str) -> bool:
-    """Write a cell's source atomically (rapid_llm.kernels.platform.write_atomic); False when unchanged."""
+    """Write a cell's source atomically (rapid_llm.kernels.platform.write_atomic); False when unchanged.
+
+    A disk fault (read-only, full, no permission) is one line naming the path and what to do; the file
+    keeps its old content.
+    """
     from rapid_llm.kernels.platform import write_atomic as write
 
-    return write(path, text)
+    try:
+        return write(path, text)
+    except OSError as exc:
+        fix = _SAVE_FIXES.get(exc.errno or 0)
+        if fix is None:
+            raise
+        raise WorkspaceError(f"cannot save the cell to {path} ({os.strerror(exc.errno)}): {fix}") from None
+
+
+_SAVE_FIXES = {
+    errno.EROFS: "the folder is on a read-only file system; point the magic at a writable folder "
+                 "(%config CudaJitMagics.csrc_dir = '...')",
+    errno.EACCES: "no permission to write there; make it writable or point the magic elsewhere "
+                  "(%config CudaJitMagics.csrc_dir = '...')",
+    errno.EPERM: "no permission to write there; make it writable or point the magic elsewhere "
+                 "(%config CudaJitMagics.csrc_dir = '...')",
+    errno.ENOSPC: "the disk is full; free space there or point the magic at another disk "
+                  "(%config CudaJitMagics.csrc_dir = '...')",
+    errno.EDQUOT: "the disk quota is used up; free space there or point the magic at another disk",
+}

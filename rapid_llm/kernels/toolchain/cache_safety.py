@@ -97,17 +97,16 @@ def remove_obstacle(path: Path) -> None:
 
 
 def open_lock(path: Path) -> int:
-    """The lock file's descriptor, opened without following a symlink; a folder in its place is removed (ours)."""
-    for _ in range(2):
+    """The lock file's descriptor, opened without following a symlink; a symlink or folder of ours in its
+    place is removed, another user's refused."""
+    for _ in range(3):
+        if os.path.islink(path) or os.path.isdir(path):
+            remove_obstacle(path)
         try:
             return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise CacheError(f"rapid_llm: refusing the build lock {path}: it is a symlink (the cache never "
-                                 f"follows one); {_FIX_FOREIGN}", path) from None
-            if exc.errno != errno.EISDIR:
+            if exc.errno not in (errno.ELOOP, errno.EISDIR):  # planted between the check and the open
                 raise
-            remove_obstacle(path)
     raise CacheError(f"rapid_llm: cannot create the build lock {path}: something keeps replacing it", path)
 
 
