@@ -21,7 +21,7 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["CacheError", "SHARED_ENV", "shared_opt_in", "check_folder", "entry_problem", "open_lock",
+__all__ = ["CacheError", "SHARED_ENV", "shared_opt_in", "check_folder", "entry_problem", "trusted", "open_lock",
            "remove_obstacle", "disk_fault", "low_on_space"]
 
 SHARED_ENV = "RAPID_LLM_CACHE_SHARED"
@@ -60,6 +60,16 @@ def entry_problem(path: Path) -> str | None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not shared_opt_in():
         return f"{path.name} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def trusted(path: Path) -> bool:
+    """Whether a cached file may be believed: it exists, is ours (or the shared opt-in is on), no symlink,
+    and nobody else can write it. For records (a remembered verdict), where the answer is to ignore, not to
+    refuse."""
+    try:
+        return path.exists() and entry_problem(path) is None
+    except CacheError:
+        return False
 
 
 def check_folder(folder: Path) -> None:

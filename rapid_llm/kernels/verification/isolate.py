@@ -119,13 +119,15 @@ def declaration_file(op: str) -> Path | None:
     from rapid_llm.kernels import platform
     from rapid_llm.kernels.toolchain.jit_row import source_digest
     from rapid_llm.kernels.registry import opsource
+    from rapid_llm.kernels.toolchain.cache_safety import remove_obstacle, trusted
 
     if not opsource.needs_export(op):
         return None
     text = opsource.module_source(op, ship=False, local_imports=True)  # the child starts in our cwd
     digest = source_digest(text)[:16]  # the one digest of a source
     path = platform.cache_dir("declarations") / f"{op}_{digest}.py"
-    if not path.is_file():
+    if not trusted(path) or path.read_text() != text:  # the child imports it: only ever our own bytes
+        remove_obstacle(path)
         platform.write_atomic(path, text)
     return path
 

@@ -217,3 +217,14 @@ def test_a_full_disk_says_so_in_one_line_leaves_nothing_and_heals_once_space_is_
         assert not list(mount.glob("jit/*.staging-*")) and not list(mount.glob("jit-sources/.*staging*"))
         filler.unlink()
         assert _build(_source(tmp_path, 19)).module.answer() == 19
+
+
+def test_a_remembered_verdict_another_user_wrote_is_not_believed(world_writable_cache):
+    from rapid_llm.kernels.registry.spec import GoldenRecord
+    from rapid_llm.kernels.verification import remembered
+
+    digest = "ab" * 32
+    remembered.remember_verification(digest, GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/x"))
+    assert remembered.recall_verification(digest) is not None
+    give_away(remembered._verification_path(digest))  # as if planted: "verified", by someone else
+    assert remembered.recall_verification(digest) is None

@@ -175,9 +175,7 @@ def _nvrtc_checker(lib: ctypes.CDLL):
 
 def _compile_nvcc(source: Path, kernels: Sequence[KernelRef], arch: str, flags: Sequence[str],
                   include_dirs: Sequence[Path], work_dir: Path) -> DeviceCode:
-    from rapid_llm.kernels.toolchain.cache import nvcc_path
-
-    nvcc = nvcc_path()
+    nvcc = platform.nvcc_path()
     if nvcc is None:
         raise DeviceCompileError("device pass: neither libnvrtc nor nvcc was found", "")
     wrapper = work_dir / "device_pass.cu"
