@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+import zlib
 
 
 def marker(proc: int, rnd: int) -> str:
@@ -17,15 +18,20 @@ def marker(proc: int, rnd: int) -> str:
     return f"shared-r{rnd % 3}" if proc < 4 else f"p{proc}-r{rnd % 3}"
 
 
+def factor(mark: str) -> int:
+    """What the cell marked ``mark`` multiplies by: a GPU run tells the cells apart by their results too."""
+    return 2 + zlib.crc32(mark.encode()) % 97
+
+
 def race_body(mark: str) -> str:
     """A fast-path cell whose host code and device code each carry ``mark`` as bytes of the binary."""
-    return rf"""// race: out = 2 * input, fp32; marked {mark}
+    return rf"""// race: out = {factor(mark)} * input, fp32; marked {mark}
 #include "common/rapid_llm.cuh"
 #if RL_DEVICE
 __device__ const char rl_device_mark[] = "RLDEV:{mark}:END";
 __global__ void race_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t n) {{
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = 2.0f * in[i] + (n < 0 ? rl_device_mark[i % 8] : 0);
+  if (i < n) out[i] = {factor(mark)}.0f * in[i] + (n < 0 ? rl_device_mark[i % 8] : 0);
 }}
 #endif
 #if RL_HOST
@@ -42,6 +48,15 @@ RL_EXPORT(cell)
 """
 
 
+def _computes(cell, expected: int) -> bool:
+    import torch
+
+    x = torch.arange(1, 4097, device="cuda", dtype=torch.float32)
+    out = torch.empty_like(x)
+    cell(out, x)
+    return bool(torch.equal(out, x * expected))
+
+
 def main(proc: int, rounds: int, out: str) -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -56,6 +71,8 @@ def main(proc: int, rounds: int, out: str) -> None:
             shell.run_cell_magic("cuda_jit", "cell --group race", race_body(mark))
             result = magics.builds["cell"]
             record.update(binary=result.module.__file__, cached=result.cached, build_dir=str(result.build_dir))
+            if "cell" in shell.user_ns:  # bound: a GPU is here, so run it
+                record["computed_own_cell"] = _computes(shell.user_ns["cell"], factor(mark))
         except BaseException:  # noqa: BLE001 - a failed build is a finding, counted by the test
             record["error"] = traceback.format_exc()[-2000:]
         records.append(record)

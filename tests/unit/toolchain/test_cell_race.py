@@ -4,7 +4,8 @@ holds the binary of the source its key names.
 Each process runs ``%%cuda_jit cell`` 20 times (tests/unit/toolchain/race_worker.py): four share one body per
 round (same content: one key, one build, the others load it), four run bodies of their own; all save to the
 same csrc/race/cell.cu. The bodies compile a marker into the host code and one into the device code, so a
-binary says which source it was built from. CPU compile path: a GPU box takes the same path.
+binary says which source it was built from, and on a GPU each bound function is run: each cell multiplies by
+a factor of its own. CPU CI takes the compile path.
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def test_same_named_cells_in_eight_processes_never_mix(tmp_path):
                if _marks(_HOST, Path(r["binary"]).read_bytes()) != {r["mark"]}
                or _marks(_DEVICE, Path(r["binary"]).read_bytes()) != {r["mark"]}]
     assert not foreign, f"{len(foreign)} of {len(records)} cells got another cell's build: {foreign[:3]}"
+    ran = [r["computed_own_cell"] for r in records if "computed_own_cell" in r]  # where a GPU bound them
+    assert ran in ([], [True] * len(records)), f"{ran.count(False)} bound functions computed another cell"
     entries = [m.parent for m in (tmp_path / "cache" / "jit").glob(f"cell_*/{cache.MANIFEST}")]
     assert len(entries) == len({r["mark"] for r in records})  # one entry per content, whatever the races
     for entry in entries:
