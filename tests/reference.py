@@ -9,7 +9,7 @@ for: ``tolerance`` is the bound of one rounding, ``assert_close_to_ref`` the che
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -60,19 +60,37 @@ def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str, *, ulps
         )
 
 
+def exact_answer(op: str, args: tuple) -> torch.Tensor:
+    """Op ``op``'s float64 oracle on ``args``, flat as its reference call returns a row's result."""
+    return spec.get_decl(op).reference.oracle(*comparison.to64(args))
+
+
 def assert_by_compare_mode(op: str, fn: Callable[..., Any], args: tuple,
-                           where: Callable[[int], str] = lambda i: str(i)) -> dict[str, int]:
+                           where: Callable[[int], str] = lambda i: str(i), *, exact: torch.Tensor | None = None,
+                           what: str | None = None) -> dict[str, int]:
     """Run ``fn`` through op's reference call and judge it by the op's comparison mode
     (rapid_llm.kernels.verification.compare_modes), element by element; returns the mode's counts.
-    ``where(i)`` names flat element ``i`` in the message (a quantiser's value or scale)."""
+    ``where(i)`` names flat element ``i`` in the message (a quantiser's value or scale); ``exact`` is
+    :func:`exact_answer` when the caller already has it (several rows on one case: one oracle run);
+    ``what`` names the row and case in the message (default: the op)."""
     ref = spec.get_decl(op).reference
     got = ref.call(fn, *args)
-    exact = ref.oracle(*comparison.to64(args)).to(got.device)
+    exact = (exact_answer(op, args) if exact is None else exact).to(got.device)
     counts: dict[str, int] = {}
     errs = ref.compare.errors(got, exact, args, counts)
     bad = errs.diff > errs.allowed
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
-        raise AssertionError(f"{op}: {int(bad.sum())} elements off; first at {where(i)} of {got.numel()}: "
+        raise AssertionError(f"{what or op}: {int(bad.sum())} elements off; first at {where(i)} of {got.numel()}: "
                              f"got {got[i].item()!r}, exact {exact[i].item()!r}, allowed {errs.allowed[i].item()!r}")
     return counts
+
+
+def assert_rows_by_compare_mode(op: str, rows: Mapping[str, Callable[..., Any]], args: tuple, case: str,
+                                where: Callable[[int], str] = lambda i: str(i)) -> dict[str, dict[str, int]]:
+    """:func:`assert_by_compare_mode` for each of ``rows`` (name -> callable) on one case, with one oracle run
+    for them all (on a large case the oracle and its float64 copies cost more than a row's call); a failure
+    names the row and ``case``. Returns each row's counts by name."""
+    exact = exact_answer(op, args)
+    return {name: assert_by_compare_mode(op, fn, args, where, exact=exact, what=f"{op} {name} at {case}")
+            for name, fn in rows.items()}
