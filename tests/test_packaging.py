@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -50,6 +51,11 @@ def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_direc
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
+    if sys.prefix != sys.base_prefix:
+        # This interpreter is itself a venv (a GPU image's torch lives in one): --system-site-packages reaches the
+        # base Python's packages, not ours, so a .pth line adds ours, after the new venv's own.
+        ours = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+        (Path(site) / "this_interpreters_packages.pth").write_text("\n".join(ours) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", site,
                            str(wheel)], capture_output=True, text=True)
     if proc.returncode != 0:
