@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 
 import pytest
@@ -26,6 +27,23 @@ NO_CUDA_REASON = "needs a CUDA device (torch.cuda.is_available() is False)"
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
 if _WORKERS > 1:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
+
+def _dist_given(config: pytest.Config) -> bool:
+    args = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts")]
+    return any(a in ("--dist", "-d", "--distload") or a.startswith("--dist=") for a in args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``-n N`` alone schedules by work stealing. xdist's default ("load") hands each worker runs of consecutive
+    tests, so a file of long tests (the sanitizer's, the cheat sweeps: up to 85 s each on an H100 under -n 14) can
+    run end to end on one worker while the others sit idle; an idle worker steals queued tests instead. A --dist
+    given is kept."""
+    if getattr(config.option, "dist", "no") == "load" and not hasattr(config, "workerinput") \
+            and not _dist_given(config):
+        config.option.dist = "worksteal"
+
 
 # GPU-only tests live in tests/gpu/ (and are marked gpu): without CUDA a run over tests/ does not collect them,
 # so its skip count is the CPU suite's own. Naming tests/gpu or a file in it still collects it; the marker then
