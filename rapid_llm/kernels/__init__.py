@@ -25,6 +25,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "all_ops": ("rapid_llm.kernels.registry.spec", "all_ops"),
     # declaring an op
     "declare_op": ("rapid_llm.kernels.registry.opdecl", "declare_op"),
+    "restore_op": ("rapid_llm.kernels.registry.opdecl", "restore_op"),
     "define_op": ("rapid_llm.kernels.registry.opdecl", "define_op"),
     "get_decl": ("rapid_llm.kernels.registry.opdecl", "get_decl"),
     "Reference": ("rapid_llm.kernels.registry.opdecl", "Reference"),

@@ -22,13 +22,15 @@ Eager ``K.<op>`` calls never take that path (see rapid_llm.kernels.dispatch.trac
 only compiled graphs call the custom op.
 
 torch cannot redefine an op's schema in a running process. A redeclaration
-(``declare_op(..., replace=True)``) with the same schema keeps the op: its
+(``declare_op(..., replace=True)``, or a library op's shadow,
+``shadow_library=True``) with the same schema keeps the op: its
 implementation dispatches to whatever rows the registry holds now. One with
-another schema leaves the op stale: the eager op serves the new rows, a call
-of the custom op raises a clear error, and a compile runs ``K.<op>`` eagerly
-between graphs, its graph break saying why (restart the process, or declare
-the op under a new name). A notebook that redeclares a shipped op with its
-own signature is that case; nothing is printed at the declaration.
+another schema, or one whose schema cannot be derived, leaves the op stale:
+the eager op serves the new rows, a call of the custom op raises a clear
+error, and a compile runs ``K.<op>`` eagerly between graphs, its graph break
+saying why (restart the process, or declare the op under a new name). A
+notebook that shadows a library op with its own signature is that case;
+``restore_op`` brings the library's declaration back, and with it the op.
 """
 from __future__ import annotations
 
@@ -96,15 +98,20 @@ def register(decl: Any) -> str | None:
     try:
         schema = schema_for(decl)
     except Exception as exc:  # a declaration never fails for want of a schema: the op stays eager under compile
-        if name in _bindings and _bindings[name].stale is None:
-            return None  # the op keeps its schema; its implementation serves the new rows
-        return _unbound(name, f"op {name!r} is not a torch custom op: {exc}")
+        if name not in _bindings:
+            return _unbound(name, f"op {name!r} is not a torch custom op: {exc}")
+        # Declared again with a signature nobody can read: the first schema must not pass the new rows arguments
+        # they never took (a shadow of rms_norm without eps would get eps as its out=).
+        why = (f"op {name!r} was declared again and its schema cannot be derived ({exc}), so "
+               f"torch.ops.{NAMESPACE}.{name} may no longer fit it: give declare_op schema=, {_way_back(name)}")
+        _bindings[name].stale = why
+        return _unbound(name, why)
     binding = _bindings.get(name)
     if binding is not None:
         if (binding.schema.text, binding.schema.out_text) != (schema.text, schema.out_text):
             why = (f"op {name!r} was declared again with schema {schema.text!r}, but torch.ops.{NAMESPACE}.{name} "
                    f"keeps its first one, {binding.schema.text!r} (torch cannot redefine a schema in a running "
-                   "process): restart it, or declare the op under a new name")
+                   f"process): {_way_back(name)}")
             binding.stale = why  # said where it matters: a compile of K.<name>, a call of the custom op
             return _unbound(name, why)
         binding.stale, binding.fake = None, schema.fake
@@ -117,6 +124,13 @@ def register(decl: Any) -> str | None:
     _bindings[name] = _Binding(schema, schema.fake)
     _bind(name, schema)
     return None
+
+
+def _way_back(name: str) -> str:
+    """How the op becomes a custom op again: the library's declaration back, or a restart."""
+    if _spec.shadowed_rows(name) is not None:
+        return f"restore_op({name!r}) brings the library's declaration back, or declare yours under a new name"
+    return "restart it, or declare the op under a new name"
 
 
 def _unbound(name: str, why: str) -> str:

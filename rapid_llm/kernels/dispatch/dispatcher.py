@@ -45,7 +45,7 @@ from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError, get_row, 
 from rapid_llm.kernels.toolchain.digests import code_digest
 
 __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "dtype_name",
-           "get_row", "rows_for"]
+           "get_row", "rows_for", "op_status"]
 
 _BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "triton": 3, "native": 9}
 #: By how much a row must beat the eager rule's winner on device time for the device rule to leave that winner:
@@ -551,6 +551,8 @@ class Explanation:
     op: str
     context: Context
     rows: tuple[RowVerdict, ...]
+    #: What the op is besides its rows, when that is not the plain case: a notebook's shadow of a library op.
+    status: str = ""
 
     @property
     def chosen(self) -> RowVerdict:
@@ -567,6 +569,7 @@ class Explanation:
         cap += f", form {c.form!r}" if c.form else ""
         size = "empty" if c.bucket == 0 else f"numel in [2^{c.bucket - 1}, 2^{c.bucket})"
         head = f"explain({self.op!r}) for {c.dtype} on {c.device}, {size}{cap}"
+        head += f"\n{self.status}" if self.status else ""
         # An eager call's rule goes without saying; the other is named where a measured figure is ranked by it.
         if c.rule == "caller" or all(r.measured_us is None for r in self.rows):
             return head
@@ -634,7 +637,19 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
     verdicts = [dataclasses.replace(v, ignored=str(stale)) if reason is None and (stale := _stale(row, ctx)) else v
                 for v, (row, reason, _) in zip(verdicts, evaluated)]
-    return Explanation(op, ctx, tuple(verdicts))
+    return Explanation(op, ctx, tuple(verdicts), op_status(op))
+
+
+def op_status(op: str) -> str:
+    """One line on what ``op`` is when a notebook's declaration hides the library's ("" otherwise): the rows a
+    reader of the table would otherwise look for, and the way back."""
+    hidden = _spec.shadowed_rows(op)
+    if hidden is None:
+        return ""
+    n = len(hidden)
+    return (f"op {op!r}: shadowed by a notebook declaration (the library's {n} row{'s' if n != 1 else ''} "
+            f"{'are' if n != 1 else 'is'} hidden: {', '.join(hidden) or 'none'}; restore_op({op!r}) brings "
+            f"{'them' if n != 1 else 'it'} back)")
 
 
 def _us_text(us: float | None) -> str:

@@ -21,6 +21,10 @@ as ``rapid_llm.kernels.<name>``: nothing outside the group names the op. A
 ``.cu`` row of the op declares itself in its own file (see jit_row), and a
 notebook declares a brand-new op with the same call, its native row given as
 a plain function, with ``declare_op`` (``define_op`` and add it now).
+
+A notebook that declares an op the library ships says so:
+``declare_op(name, ..., shadow_library=True)`` hides the library's declaration
+and rows behind its own, and ``restore_op(name)`` brings them back.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError
 
-__all__ = ["CaseArgs", "Reference", "OpDecl", "define_op", "declare_op", "get_decl"]
+__all__ = ["CaseArgs", "Reference", "OpDecl", "define_op", "declare_op", "restore_op", "get_decl"]
 
 
 @dataclass
@@ -175,18 +179,40 @@ def declare_op(name: str, *, reference: Reference, bench: Callable[[int, Any, An
                doc: str = "", replace: bool = False, dispatch_arg: int = 0,
                token_numel: int | None = None, schema: str | None = None,
                forms: Mapping[str, Callable[[int, Any, Any], CaseArgs]] | None = None,
-               form_of: Callable[..., str | None] | None = None) -> OpDecl:
+               form_of: Callable[..., str | None] | None = None, shadow_library: bool = False) -> OpDecl:
     """Declare op ``name`` now (a notebook's op): :func:`define_op`, added to the live registry.
 
-    ``replace=True`` lets a re-run notebook cell declare the op again; a
-    notebook that declares an op the library ships replaces the library's
-    rows of it too (until the next process), keeping rows it registered.
+    ``replace=True`` lets a re-run notebook cell declare its own op again
+    (rows registered for it since stay).
+
+    ``shadow_library=True`` is required to declare an op the library ships,
+    and refused for any other: the name then means your declaration in this
+    process (``K.<name>``, ``torch.ops.rapid_llm.<name>``, ``verify``,
+    ``bench_op``), and the library's declaration and rows are set aside whole
+    until :func:`restore_op` (its rows were checked against the library's
+    reference, not yours). Without the keyword a name collision is an error,
+    not a silent swap under code that calls the library's op. A re-run of the
+    cell replaces the shadow. The shadow keeps the library's ``dispatch_arg``;
+    a different signature leaves ``torch.ops.rapid_llm.<name>`` unusable until
+    the restore (torch keeps an op's first schema), and ``promote`` refuses its
+    rows (see rapid_llm.kernels.toolchain.promote).
     """
     decl = define_op(name, reference=reference, bench=bench, rows=rows, native=native, dtypes=dtypes,
                      devices=devices, doc=doc, dispatch_arg=dispatch_arg, token_numel=token_numel, schema=schema,
                      forms=forms, form_of=form_of)
-    _spec.add_op(decl, replace=replace)
+    _spec.add_op(decl, replace=replace, shadow_library=shadow_library)
     return decl
+
+
+def restore_op(name: str) -> list[str]:
+    """Undo ``declare_op(name, ..., shadow_library=True)``: the library's declaration and rows of ``name`` come
+    back as they were, and ``K.<name>`` and ``torch.ops.rapid_llm.<name>`` serve them again.
+
+    Rows registered while the shadow was live stay, golden-unverified (they were
+    checked against the shadow's reference): the names returned. ``verify`` them
+    again to let dispatch use them. A library op that is not shadowed is left as it is.
+    """
+    return _spec.restore(name)
 
 
 def get_decl(op: str) -> OpDecl:

@@ -230,8 +230,9 @@ def _declaration_call(op: str, verb: str, floor: str, ref_args: list[str], bench
     if forms:
         call += ["    forms={" + ", ".join(f"{label!r}: {make}" for label, make in forms) + "},",
                  f"    form_of={form_of},"]
-    return [f"DECLARATION = {verb}(" if verb == "define_op" else f"{verb}(", *call,
-            *(["    replace=True,"] if replace else []), ")", ""]
+    # a child process declares a shadow of a library op as the notebook did (declare_op's shadow_library)
+    again = (["    shadow_library=True,"] if _spec.library_declares(op) else ["    replace=True,"]) if replace else []
+    return [f"DECLARATION = {verb}(" if verb == "define_op" else f"{verb}(", *call, *again, ")", ""]
 
 
 def _parts(op: str, mod: _Module, what: str) -> list[str]:
@@ -275,7 +276,8 @@ def _native_of(op: str):  # noqa: ANN202 - a KernelSpec
 def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
     """The text of one module that declares ``op`` as the live registry has it (its native floor, reference and
     bench case). ``ship``: it defines ``DECLARATION`` (``define_op``); else it declares the op when imported
-    (``declare_op(..., replace=True)``, what a child process runs). ``local_imports`` lets it import modules that
+    (``declare_op(..., replace=True)``, ``shadow_library=True`` for a library op: what a child
+    process runs). ``local_imports`` lets it import modules that
     are not installed (a child process started here can)."""
     native = _native_of(op)
     mod = _Module(op, local_imports)

@@ -19,6 +19,12 @@ list of ops, groups or references. Every lookup sees the shipped rows;
 Changes are said on one bus: :func:`on_change` (rows added, replaced or
 re-verified; a policy changed) and :func:`on_declare` (an op declared: the
 custom-op registration listens there).
+
+A library op is declared again only by an explicit choice, a shadow
+(:func:`add_op` with ``shadow_library=True``): the library's declaration and
+every row the op had are set aside, whole, and :func:`restore` brings them
+back, so the process stays usable either way and :func:`shadowed_rows` says
+what is hidden.
 """
 from __future__ import annotations
 
@@ -30,9 +36,11 @@ import pkgutil
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Union
 
 from rapid_llm.kernels.platform import DTYPE_NAMES
+from rapid_llm.kernels.registry import op_writes
 
 __all__ = [
     "BACKENDS",
@@ -55,6 +63,8 @@ __all__ = [
     "get_decl",
     "is_library_decl",
     "library_declares",
+    "restore",
+    "shadowed_rows",
     "op_group",
     "on_change",
     "row_stride",
@@ -326,6 +336,7 @@ class _Registry:
         self.discovered = not discover
         self.shipped: set[str] = set()  # rows the library itself registered (group declarations, .cu rows)
         self.library_decls: dict[str, Any] = {}  # the groups' declarations, by op
+        self.hidden: dict[str, list[KernelSpec]] = {}  # a shadowed library op -> the rows it had, in order
 
 
 _lock = threading.RLock()
@@ -384,11 +395,13 @@ def _discover() -> None:
         _state.discovered = True  # before importing: a group's declarations look rows up too
         registered_before = set(_state.rows)  # a notebook may register rows before anything looks one up
         try:
+            for folder in importlib.import_module(OPS_PACKAGE).__path__:
+                op_writes.recover_before_reading(Path(folder))  # a promote() killed half-way: rolled back
             for name in _op_packages():
                 decl = _op_declaration(importlib.import_module(name))
                 if decl.name not in _state.decls:  # a notebook's declaration made before this wins
-                    add_op(decl)
                     _state.library_decls[decl.name] = decl
+                    add_op(decl)
             for ref in _discoverers:
                 resolve_ref(ref)()
             _state.shipped = set(_state.rows) - registered_before
@@ -518,8 +531,17 @@ def all_ops() -> list[str]:
 
 
 def declare(decl: Any, *, replace: bool = False) -> None:
-    """Store an op's declaration (its reference and benchmark case); see rapid_llm.kernels.registry.opdecl."""
+    """Store an op's declaration (its reference and benchmark case); see rapid_llm.kernels.registry.opdecl.
+    A library op's declaration gives way only to a shadow (:func:`add_op`, ``shadow_library=True``)."""
     _discover()
+    library = _state.library_decls.get(decl.name)
+    if library is not None and decl is not library:
+        raise RegistryError(f"declare({decl.name!r}): the library declares op {decl.name!r}; shadow it with "
+                            f"declare_op({decl.name!r}, ..., shadow_library=True)")
+    _store_decl(decl, replace)
+
+
+def _store_decl(decl: Any, replace: bool) -> None:
     with _lock:
         if decl.name in _state.decls and not replace:
             raise RegistryError(f"op {decl.name!r} is already declared; pass replace=True to redeclare it")
@@ -527,21 +549,128 @@ def declare(decl: Any, *, replace: bool = False) -> None:
         _changed()
 
 
-def add_op(decl: Any, *, replace: bool = False) -> None:
+def add_op(decl: Any, *, replace: bool = False, shadow_library: bool = False) -> None:
     """Declare ``decl`` and register its rows; then tell the ``on_declare`` listeners.
 
-    ``replace`` redeclares an op: the library's rows of it go (they were
-    checked against the library's reference), rows others registered stay.
+    ``replace`` redeclares an op of a notebook or a test (a re-run cell): rows
+    others registered for it stay. An op the library declares takes another
+    declaration only with ``shadow_library=True``: the first shadow sets the
+    library's declaration and every row the op had aside (they were checked
+    against the library's reference; :func:`restore` brings them back), and a
+    shadow declared again replaces the shadow, as ``replace`` does.
     """
+    _discover()
+    if decl is _state.library_decls.get(decl.name) and decl.name in _state.hidden:
+        restore(decl.name)  # the library's own declaration again: the shadow is undone
+        return
     with _lock:
-        if replace:
-            for old in shipped_rows(decl.name):
-                unregister(old)
-        declare(decl, replace=replace)
-        for row in decl.rows:
-            register(row, replace=replace)
+        library = _state.library_decls.get(decl.name)
+        if library is None or decl is library:
+            if shadow_library:
+                raise RegistryError(f"declare_op({decl.name!r}): shadow_library=True, but the library declares no "
+                                    f"op {decl.name!r}; leave it out (replace=True lets a cell declare it again)")
+        else:
+            _check_shadow(decl, library, shadow_library, replace)
+            replace = True
+        saved = _saved()
+        try:
+            if library is not None and decl is not library and decl.name not in _state.hidden:
+                _set_aside(decl.name)
+            _store_decl(decl, replace)
+            for row in decl.rows:
+                register(row, replace=replace)
+        except BaseException:  # a row that cannot be registered: the registry as it was, nothing half-declared
+            _put_back(saved)
+            raise
+    _tell_declared(decl)
+
+
+def _saved() -> tuple:
+    return (dict(_state.rows), {op: list(names) for op, names in _state.by_op.items()}, dict(_state.decls),
+            dict(_state.hidden))
+
+
+def _put_back(saved: tuple) -> None:
+    rows, by_op, decls, hidden = saved
+    _state.rows, _state.by_op, _state.decls, _state.hidden = rows, by_op, decls, hidden
+    _changed()
+
+
+def _tell_declared(decl: Any) -> None:
     for ref in list(_declare_listeners):
         resolve_ref(ref)(decl)
+
+
+def _check_shadow(decl: Any, library: Any, shadow_library: bool, replace: bool) -> None:
+    """A declaration over a library op: refused unless the caller said so, and then only with the library's
+    dispatch argument (K.<op> reads it once per process, as torch keeps the op's schema)."""
+    name = decl.name
+    if not shadow_library:
+        rows = [r.name for r in _state.hidden[name]] if name in _state.hidden else _state.by_op.get(name, [])
+        why = ("replace=True re-runs a cell that declares a notebook's own op; it does not hide the library's"
+               if replace else "a second declaration would hide them")
+        raise RegistryError(
+            f"declare_op({name!r}): the library declares op {name!r} (its rows: {', '.join(rows) or 'none'}), and "
+            f"{why}. Declare your op under another name, or pass shadow_library=True to hide the library's "
+            f"declaration and rows behind yours until restore_op({name!r}) (explain({name!r}) then says the op is "
+            "shadowed)")
+    if decl.dispatch_arg != library.dispatch_arg:
+        raise RegistryError(
+            f"declare_op({name!r}): the library's {name!r} dispatches on argument {library.dispatch_arg} "
+            f"(dispatch_arg={library.dispatch_arg}) and K.{name} keeps that for the process; a shadow must too: pass "
+            f"dispatch_arg={library.dispatch_arg}, or declare your op under another name")
+
+
+def _set_aside(op: str) -> None:
+    """Hide every row of library op ``op`` (they answer to the library's declaration) until :func:`restore`."""
+    names = _state.by_op.pop(op, [])
+    _state.hidden[op] = [_state.rows.pop(n) for n in names]
+
+
+def restore(op: str) -> list[str]:
+    """Undo a shadow of library op ``op``: its declaration and the rows it had come back as they were.
+
+    The shadow's own rows (its declaration's) go. Rows registered while it was
+    live stay, golden-unverified: they were checked against the shadow's
+    reference, so dispatch leaves them out until ``verify`` passes against the
+    library's. Returns their names. Restoring an op that is not shadowed does
+    nothing; a name the library does not declare is an error.
+    """
+    _discover()
+    with _lock:
+        library = _state.library_decls.get(op)
+        if library is None:
+            raise RegistryError(f"restore_op({op!r}): the library declares no op {op!r}, so there is nothing to "
+                                "restore (a notebook's own op is declared again with declare_op(..., replace=True))")
+        hidden = _state.hidden.pop(op, None)
+        if hidden is None:
+            return []
+        shadow_rows = {r.name for r in _state.decls[op].rows}
+        names = {r.name for r in hidden}
+        kept = [_unverified(_state.rows[n]) for n in _state.by_op.get(op, ())
+                if n not in shadow_rows and n not in names and not _state.rows[n].is_native]
+        for n in _state.by_op.pop(op, []):
+            del _state.rows[n]
+        for row in [*hidden, *kept]:
+            _state.rows[row.name] = row
+        _state.by_op[op] = [row.name for row in [*hidden, *kept]]
+        _state.decls[op] = library
+        _changed()
+    _tell_declared(library)
+    return [row.name for row in kept]
+
+
+def _unverified(row: KernelSpec) -> KernelSpec:
+    if not row.golden.verified:
+        return row
+    return dataclasses.replace(row, golden=GoldenRecord(baseline=row.golden.baseline))
+
+
+def shadowed_rows(op: str) -> list[str] | None:
+    """The names of the library's rows of ``op`` that a notebook's declaration hides; None when it hides none."""
+    _discover()
+    hidden = _state.hidden.get(op)
+    return None if hidden is None else [row.name for row in hidden]
 
 
 def get_decl(op: str) -> Any:
@@ -556,7 +685,7 @@ def get_decl(op: str) -> Any:
 
 
 def library_declares(op: str) -> bool:
-    """Whether an op group of the library declares ``op`` (a notebook may have replaced the declaration since)."""
+    """Whether an op group of the library declares ``op`` (a notebook may shadow the declaration since)."""
     _discover()
     return op in _state.library_decls
 

@@ -13,6 +13,24 @@ every op folder: the notebook's declaration is written out
 ``native.py`` (the floor) and ``reference.py`` (the oracle and bench case), so
 the library never holds a row without its op, and a promoted op reads like a
 hand-written one.
+
+A row of a library op ships only if it was verified against the library's
+own declaration. A notebook that shadows the op
+(``declare_op(..., shadow_library=True)``) verifies its rows against its own
+reference and floor; shipped as rows of the library's op they would compute
+what the notebook meant for every caller of the library's (a shadowed
+``scale`` with a doubling floor ships a kernel that doubles). So promote
+refuses them, naming the two ways on. It does not offer to ship the
+shadow's declaration over the library's: the op's folder also holds the
+library's other rows (their golden records checked against the library's
+reference, their committed figures) and its callers' signature, which a
+replaced declaration would silently turn into claims about another op. A
+different op is a new name, and promote ships it whole; a changed library
+op is an edit of its folder, with its rows verified again.
+
+The package is written all or nothing, also when the process is killed
+half-way (rapid_llm.kernels.registry.op_writes: a journal the next promote,
+or the registry reading the package, rolls back).
 """
 from __future__ import annotations
 
@@ -20,6 +38,7 @@ import dataclasses
 from pathlib import Path
 
 from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import op_writes
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.toolchain.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
 from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT
@@ -85,6 +104,20 @@ def _declaration_files(op: str, group: str, package: Path, replace: bool) -> dic
     return files
 
 
+def _check_declaration(row: str, op: str) -> None:
+    """Refuse a row of a library op that this process verified against another declaration (see the module
+    docstring for why shipping that declaration instead is not offered)."""
+    if not _spec.library_declares(op) or _spec.is_library_decl(op):
+        return
+    raise PromoteError(
+        f"promote({row!r}): op {op!r} is the library's, but this process shadows it with a notebook declaration "
+        f"(declare_op({op!r}, ..., shadow_library=True)), so {row} was verified against that declaration, not the "
+        f"library's: shipped as a {op!r} row it would compute what the notebook's {op!r} means for every caller of "
+        f"the library's. To ship it as the library's {op!r}: restore_op({op!r}), verify({row!r}) again, then "
+        f"promote. To ship the notebook's op: declare it under a new name, register the cell for it (--op), verify "
+        f"and promote (the op ships whole, declaration and row)")
+
+
 def promote(row: str, *, name: str | None = None, group: str | None = None, replace: bool = False,
             package: Path | None = None) -> Promotion:
     """Ship the verified JIT row ``row`` (e.g. a ``%%cuda_jit`` cell's ``jit/scale_vec``).
@@ -96,11 +129,13 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     passes a copy). Replacing an existing
     shipped source or row needs ``replace=True``. Refuses, with the reason,
     a row that is not a JIT row with a source, is golden-unverified, whose
-    source changed since it was built, or whose op cannot be shipped with it
-    (its declaration uses a lambda, say); nothing is written then.
+    source changed since it was built, of a library op this process shadows,
+    or whose op cannot be shipped with it (its declaration uses a lambda,
+    say); nothing is written then.
     """
     spec = _spec.get_row(row)
     target = spec.target
+    _check_declaration(row, spec.op)
     if spec.backend != "jit" or not isinstance(target, JitRow):
         raise PromoteError(f"promote({row!r}): only a JIT row built from a .cu source can ship "
                            f"(this is a {spec.backend} row with target {target!r})")
@@ -117,12 +152,17 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     if bad is not None:
         raise PromoteError(f"promote({row!r}): line {bad} of {target.source} is not ASCII (shipped sources are)")
     package = Path(package) if package is not None else platform.PACKAGE_DIR
+    ops_dir = package / "kernels" / "ops"
+    if not ops_dir.is_dir():
+        raise PromoteError(f"promote({row!r}): {package} is not a rapid_llm package folder (it has no kernels/ops/); "
+                           "pass the folder of the package itself, or a copy of it")
+    op_writes.recover(ops_dir)  # a promote killed half-way: rolled back before anything here reads the folder
     name = name or target.source.stem
     group = group or _default_group(spec.op, target.source)
     for what, value in (("name", name), ("group", group)):
         if not value.isidentifier():
             raise PromoteError(f"promote({row!r}): {what} must be an identifier, got {value!r}")
-    dest = package / "kernels" / "ops" / group / spec.op / f"{name}.cu"
+    dest = ops_dir / group / spec.op / f"{name}.cu"
     shipped = f"jit/{name}"
     try:
         existing = _spec.get_row(shipped)
@@ -148,16 +188,7 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     read_header(shipped_text, str(dest))  # what the registry will read back must parse
     files = {} if _spec.library_declares(spec.op) else _declaration_files(spec.op, group, package, replace)
     files[dest] = shipped_text  # last: a row is never on disk without its op
-    written: list[tuple[Path, str | None]] = []
-    try:
-        for path, body in files.items():
-            before = path.read_text() if path.exists() else None
-            platform.write_atomic(path, body)
-            written.append((path, before))
-    except BaseException:
-        for path, before in reversed(written):  # leave the package as it was
-            path.unlink() if before is None else platform.write_atomic(path, before)
-        raise
+    op_writes.write_all(ops_dir, files)  # all of them or none, killed or not
     _spec.register(row_from_header(fields, dest), replace=True)
     declaration = next((p for p in files if p.name == "__init__.py" and p.parent.name == spec.op), None)
     return Promotion(shipped, spec.op, dest, target.fn, golden, clobbers, declaration)

@@ -126,17 +126,6 @@ def test_golden_rejects_negative_diff():
         GoldenRecord(verified=True, max_abs_diff=-1.0)
 
 
-def test_a_notebook_declaring_a_shipped_op_replaces_the_librarys_rows_and_keeps_its_own():
-    with spec.isolated(discover=True):
-        assert len(spec.rows_for("rms_norm")) == 3
-        spec.register(_row(name="triton/mine", op="rms_norm"))
-        declare_op("rms_norm", native=lambda x, w, eps: x, replace=True,
-                   reference=Reference(make_inputs=lambda *a: (), oracle=lambda *a: None),
-                   bench=lambda n, d, dev: CaseArgs(()))
-        assert [r.name for r in spec.rows_for("rms_norm")] == ["triton/mine", "native/rms_norm"]
-    assert len(spec.rows_for("rms_norm")) == 3  # the shipped op is back outside the notebook's registry
-
-
 def test_a_group_imported_before_the_first_lookup_is_in_every_fresh_registry():
     """Importing a group module first (a test's reference import) must not leave its op out of fresh registries."""
     import subprocess

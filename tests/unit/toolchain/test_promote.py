@@ -69,6 +69,17 @@ def _bench(numel, dtype, device):
 
 
 @pytest.fixture
+def package(tmp_path):
+    """A package folder to promote into, never the checkout: its kernels/ops/ and nothing else."""
+    (tmp_path / "pkg" / "kernels" / "ops").mkdir(parents=True)
+    return tmp_path / "pkg"
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() + ("/" if p.is_dir() else "") for p in root.rglob("*"))
+
+
+@pytest.fixture
 def cell_row(tmp_path):
     """op 'twice' declared from a 'notebook' (its native function), and a verified-able JIT cell row."""
     declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, dtypes=("fp32", "fp64"),
@@ -98,13 +109,13 @@ def test_an_op_declared_from_a_notebook_is_reachable_and_checkable(cell_row):
         "native/twice"}
 
 
-def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_path):
+def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, package):
     row = cell_row()
     with pytest.raises(PromoteError, match="golden-unverified; run verify"):
-        promote(row, package=tmp_path / "pkg")
+        promote(row, package=package)
     assert verify(row).passed
-    done = promote(row, name="twice", package=tmp_path / "pkg")
-    assert done.row == "jit/twice" and done.path == tmp_path / "pkg" / "kernels" / "ops" / "demo" / "twice" / "twice.cu"
+    done = promote(row, name="twice", package=package)
+    assert done.row == "jit/twice" and done.path == package / "kernels" / "ops" / "demo" / "twice" / "twice.cu"
     assert "tests/contract/test_rows.py" in str(done)
     text = done.path.read_text()
     assert text.startswith(jit_row.HEADER_PREFIX) and text.count("RL_EXPORT(twice)") == 1
@@ -113,11 +124,11 @@ def test_promote_ships_a_verified_cell_as_a_row_its_file_declares(cell_row, tmp_
     # A fresh registry finds the row in the file alone, with its golden record.
     with spec.isolated():
         declare_op("twice", native=_native, reference=REFERENCE, bench=_bench, devices=("cpu",))
-        (found,) = jit_row.register_cu_rows(tmp_path / "pkg" / "kernels" / "ops")
+        (found,) = jit_row.register_cu_rows(package / "kernels" / "ops")
         assert found.name == "jit/twice" and found.golden == shipped.golden and found.target.fn == "twice"
     with pytest.raises(PromoteError, match="already exists; pass replace=True"):
-        promote(row, name="twice", package=tmp_path / "pkg")
-    assert promote(row, name="twice", package=tmp_path / "pkg", replace=True).replaced
+        promote(row, name="twice", package=package)
+    assert promote(row, name="twice", package=package, replace=True).replaced
 
 
 def test_promote_refuses_what_cannot_ship(cell_row, tmp_path):
@@ -176,7 +187,7 @@ def test_promote_ships_a_notebook_op_whole_and_a_new_process_finds_it(cell_row, 
     assert file.startswith(str(package)) and rows == "['jit/twice', 'native/twice']" and values == "[0.0, 3.0, 6.0]"
 
 
-def test_promote_refuses_an_op_it_cannot_write_out_and_writes_nothing(tmp_path):
+def test_promote_refuses_an_op_it_cannot_write_out_and_writes_nothing(tmp_path, package):
     declare_op("thrice", native=lambda x, factor, out=None: x * 3 * factor, reference=REFERENCE, bench=_bench,
                devices=("cpu",))
     src = tmp_path / "csrc" / "demo" / "thrice_cell.cu"
@@ -188,18 +199,17 @@ def test_promote_refuses_an_op_it_cannot_write_out_and_writes_nothing(tmp_path):
                              devices=("cpu",), golden=GoldenRecord(verified=True, max_abs_diff=0.0,
                                                                    baseline="native/thrice")))
     with pytest.raises(spec.RegistryError, match="the native floor is a lambda"):
-        promote("jit/thrice_cell", package=tmp_path / "pkg")
-    assert not (tmp_path / "pkg").exists()
+        promote("jit/thrice_cell", package=package)
+    assert _tree(package) == ["kernels/", "kernels/ops/"]
 
 
-def test_a_promoted_op_has_the_folder_shape_of_a_shipped_one(cell_row, tmp_path):
+def test_a_promoted_op_has_the_folder_shape_of_a_shipped_one(cell_row, package):
     """promote() writes an op folder as the library's are written by hand: the group, one folder per op with
     __init__.py (DECLARATION), native.py, reference.py and the .cu row; nothing else anywhere."""
     from rapid_llm.kernels import platform
 
     row = cell_row()
     assert verify(row).passed
-    package = tmp_path / "pkg"
     done = promote(row, name="twice", package=package)
     folder = package / "kernels" / "ops" / "demo" / "twice"
     written = sorted(p.relative_to(package).as_posix() for p in package.rglob("*") if p.is_file())
@@ -217,3 +227,51 @@ def test_a_promoted_op_has_the_folder_shape_of_a_shipped_one(cell_row, tmp_path)
     init = (folder / "__init__.py").read_text()
     assert "from rapid_llm.kernels.ops.demo.twice.native import _native" in init
     assert "from rapid_llm.kernels.ops.demo.twice.reference import" in init
+
+
+def _double_scale(input, factor, out=None):
+    """A notebook's scale that doubles: input * factor * 2."""
+    result = input * (2.0 * factor)
+    return result if out is None else out.copy_(result)
+
+
+def _double_oracle(x, factor):
+    return x.double() * float(factor) * 2.0
+
+
+def test_promote_refuses_a_row_verified_against_a_shadow_of_a_library_op(tmp_path, package):
+    """A notebook shadows 'scale' with a doubling floor and verifies a doubling cell against it. Shipped as a 'scale'
+    row it would double for every caller of the library's scale: promote refuses, naming the op and the ways on."""
+    from rapid_llm.kernels.ops.elementwise.scale import reference as scale_reference
+
+    double = Reference(make_inputs=scale_reference.make_inputs, oracle=_double_oracle, call=scale_reference.call)
+    declare_op("scale", native=_double_scale, reference=double, bench=scale_reference.bench_case,
+               dtypes=("fp32", "fp64"), devices=("cpu",), shadow_library=True)
+    src = tmp_path / "csrc" / "elementwise" / "scale_double.cu"
+    src.parent.mkdir(parents=True)
+    src.write_text(CELL.replace("FACTOR2", "2.0"))
+    module = jit.build_jit("scale_double", src, builder="fast").module
+    target = jit_row.JitRow(src, "twice", launcher=module.twice, digest=jit_row.source_digest(src.read_text()))
+    row = "jit/scale_double"
+    spec.register(KernelSpec(name=row, op="scale", backend="jit", target=target, dtypes=("fp32", "fp64"),
+                             devices=("cpu",), golden=GoldenRecord(baseline="native/scale")))
+    assert verify(row).passed  # against the shadow (its verify child declares the shadow too)
+    with pytest.raises(PromoteError, match=r"op 'scale' is the library's, but this process shadows it .*"
+                                           r"restore_op\('scale'\), verify\('jit/scale_double'\) again, then promote"
+                                           r".*declare it under a new name"):
+        promote(row, package=package)
+    assert _tree(package) == ["kernels/", "kernels/ops/"]
+    assert K.restore_op("scale") == [row]  # back to the library's scale; the row stays, unverified
+    with pytest.raises(PromoteError, match="golden-unverified"):
+        promote(row, package=package)
+    assert not verify(row).passed  # against the library's scale it doubles
+    assert _tree(package) == ["kernels/", "kernels/ops/"]
+
+
+def test_promote_refuses_a_folder_that_is_not_a_package(cell_row, tmp_path):
+    row = cell_row()
+    spec.update_golden(row, GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/twice"))
+    with pytest.raises(PromoteError, match=r"rapid_llm/kernels is not a rapid_llm package folder \(it has no "
+                                           r"kernels/ops/\)"):
+        promote(row, package=tmp_path / "rapid_llm" / "kernels")
+    assert not (tmp_path / "rapid_llm").exists()
