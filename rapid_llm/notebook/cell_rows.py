@@ -143,7 +143,7 @@ def register_cell_row(name: str, op: str, *, target: Callable[..., Any], availab
     else:  # verified in an earlier kernel, source unchanged
         from rapid_llm.kernels.verification.remembered import recall_verification
 
-        recalled = recall_verification(digest)
+        recalled = recall_verification(digest, op)
         if recalled is not None and recalled.baseline == golden.baseline:
             golden, kept = recalled, True
     spec = KernelSpec(name=row, op=op, backend="jit", target=target, available=available, dtypes=dtypes,

@@ -349,7 +349,7 @@ def _finish(row: KernelSpec, report: GoldenReport, record: bool) -> GoldenReport
         if report.passed and digest:
             from rapid_llm.kernels.verification.remembered import remember_verification
 
-            remember_verification(digest, report.record)
+            remember_verification(digest, report.record, row.op)
     return report
 
 

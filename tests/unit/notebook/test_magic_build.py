@@ -83,7 +83,7 @@ def test_a_verified_cell_stays_verified_after_a_kernel_restart(shell, gcc, capsy
 
     shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(1))
     record = spec.GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/scale")
-    remembered.remember_verification(spec.get_row("jit/scale_vec").target.digest, record)  # what a passing verify() does
+    remembered.remember_verification(spec.get_row("jit/scale_vec").target.digest, record, "scale")  # as verify() does
     cell_rows._digests.clear()  # a kernel restart: this process forgot the cell
     spec.unregister("jit/scale_vec")
     capsys.readouterr()
