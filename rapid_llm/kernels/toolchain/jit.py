@@ -140,7 +140,7 @@ def _builder(key: str) -> Builder:
 
 
 def default_builder(source: str | os.PathLike | snapshot.Snapshot) -> str:
-    """"torch" for a source (or a header it includes) that includes torch's headers, else "fast"."""
+    """"torch" for a source (or local header) that includes torch's headers, else "fast"."""
     snap = source if isinstance(source, snapshot.Snapshot) else snapshot.take(resolve_source(source))
     texts = [data for _, data in snap.files] + [path.read_bytes() for path, _ in snap.shared]
     return "torch" if any(_TORCH_SOURCE_RE.search(t.decode(errors="replace")) for t in texts) else "fast"
