@@ -224,7 +224,8 @@ def test_a_remembered_verdict_another_user_wrote_is_not_believed(world_writable_
     from rapid_llm.kernels.verification import remembered
 
     digest = "ab" * 32
-    remembered.remember_verification(digest, GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/x"))
-    assert remembered.recall_verification(digest) is not None
+    golden = GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/scale")
+    remembered.remember_verification(digest, golden, "scale")
+    assert remembered.recall_verification(digest, "scale") is not None
     give_away(remembered._verification_path(digest))  # as if planted: "verified", by someone else
-    assert remembered.recall_verification(digest) is None
+    assert remembered.recall_verification(digest, "scale") is None
