@@ -1,4 +1,5 @@
-"""A build killed (SIGKILL) at one point (test_build_kill): ``python -m tests.unit.toolchain.kill_worker SOURCE POINT``.
+"""Where a build can be killed (SIGKILL), for test_build_kill (which arms a forked child), or by hand:
+``python -m tests.unit.toolchain.kill_worker SOURCE POINT``.
 
 POINT is where the process dies: a step of the cache's publish (``staged``, ``built``, ``sealed``,
 ``published``), right after a pass of the fast path (``host_pass``, ``device_pass``, ``link``), half-way

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +13,26 @@ from pathlib import Path
 import pytest
 
 from rapid_llm.kernels.toolchain import cache, jit
-from tests.unit.toolchain.kill_worker import POINTS
+from tests.unit.toolchain.kill_worker import POINTS, arm
 from tests.unit.toolchain.race_worker import race_body
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
                                 reason="compiling a cell needs g++ and nvcc")
 
-REPO = Path(__file__).resolve().parents[3]
 HANG_GUARD_S = 120  # a killed build is a few seconds; only a hang gets here
+
+
+def _die_building_at(point: str, source: Path) -> None:
+    """Build ``source`` in a forked child armed to SIGKILL itself at ``point`` (a fork: no second torch import)."""
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        try:
+            arm(point)
+            jit.build_jit("killed", source)
+        finally:
+            os._exit(3)  # only reached when the point was never hit, or the build raised
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"the build did not die at {point}"
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +56,7 @@ def test_a_build_killed_at_any_point_heals_on_the_next_run(point, tmp_path, warm
     source = tmp_path / "killed.cu"
     source.write_text(race_body(f"kill-{point}").replace("void cell(", "void killed(").replace("RL_EXPORT(cell)",
                                                                                                  "RL_EXPORT(killed)"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    dead = subprocess.run([sys.executable, "-m", "tests.unit.toolchain.kill_worker", str(source), point], env=env,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert dead.returncode == -9, dead.stdout + dead.stderr  # it died where it was told to
+    _die_building_at(point, source)
 
     result = jit.build_jit("killed", source)
     if point != "published":  # a build that died after publishing left a good entry: loading it is right
