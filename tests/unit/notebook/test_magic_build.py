@@ -171,3 +171,21 @@ def test_the_status_line_says_what_is_notable_about_the_build(shell, gcc, capsys
     shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(7))
     line = capsys.readouterr().out.splitlines()[0]
     assert "bound [k: 80 B spill stores, 96 B spill loads per thread; k2: 25% occupancy; +1 more]" in line
+
+
+def test_a_cell_saved_over_during_its_build_is_built_as_written_and_says_so(shell, gcc, magics, monkeypatch, capsys):
+    """Another process saves its cell of the same name while this one builds: this cell's text is what runs."""
+    real_build = jit.build_jit
+
+    def build_while_another_process_saves(name, source, **kwargs):
+        source.write_text(scale_vec_cell(9))  # the other kernel's cell, landing mid-build
+        return real_build(name, source, **kwargs)
+
+    monkeypatch.setattr(jit, "build_jit", build_while_another_process_saves)
+    shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(1))
+    out = capsys.readouterr().out
+    assert shell.user_ns["version"]() == 1
+    assert ("csrc/elementwise/scale_vec.cu changed during the build (another process saved other content there): "
+            "built this cell's content, kept at ") in out
+    kept = magics.builds["scale_vec"].compiled_source
+    assert kept.read_text() == scale_vec_cell(1) and spec.get_row("jit/scale_vec").target.built_from == kept
