@@ -14,24 +14,31 @@ honest:
 
 On CPU tensors the same entry points time with ``perf_counter_ns`` loops and
 label the result as CPU numbers.
+
+Every clock is the harness's own (rapid_llm.bench.clock: references taken at
+import, GPU intervals read by the driver), and a row that replaces a timer's
+entry point or what the check relies on is refused by name
+(rapid_llm.bench.tamper). No figure above the device's measured read
+bandwidth comes back (``above_roofline``).
 """
 from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from rapid_llm.bench import l2_persist
-from rapid_llm.bench.integrity import PROBE_CALLS, BenchRefused, Guard
+from rapid_llm.bench import clock, l2_persist
+from rapid_llm.bench.integrity import CHECK_BYTES, PROBE_CALLS, BenchRefused, Guard
+from rapid_llm.bench.tamper import Watch
 from rapid_llm.kernels.platform import device_label
 
 __all__ = [
     "BenchRefused",
     "copy_roofline",
+    "read_roofline",
     "BenchResult",
     "bench",
     "bench_stateful",
@@ -228,7 +235,10 @@ def _hold_gpu(repeats: int, per_call_us: float = _QUEUE_US_PER_CALL) -> None:
 
 
 def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
-                  reset: Callable[[int], Any] | None, device: torch.device, guard: Guard | None = None) -> list[float]:
+                  reset: Callable[[int], Any] | None, device: torch.device, guard: Guard | None = None,
+                  drain: Callable[[], None] | None = None, watch: Watch | None = None) -> list[float]:
+    """Per-call microseconds from event pairs; ``drain`` judges the checked calls when their copies fill
+    CHECK_BYTES, ``watch`` is checked after the last call (with the first timed interval read both ways)."""
     with torch.cuda.device(device):
         stream = torch.cuda.current_stream(device).cuda_stream
         l2_persist.cap(stream)
@@ -237,7 +247,7 @@ def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats:
             guard.start()
         queue_us = 0.0
         for i in range(warmup):
-            t0 = time.perf_counter()
+            t0 = clock.perf_counter()
             if reset is not None:
                 reset(i % n_sets)
             if guard is not None:
@@ -245,29 +255,37 @@ def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats:
             result = call(i % n_sets)
             if guard is not None:
                 guard.after(i, result)
-            queue_us = (time.perf_counter() - t0) * 1e6  # the last warm-up call's host cost, queueing included
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+            queue_us = (clock.perf_counter() - t0) * 1e6  # the last warm-up call's host cost, queueing included
+        clock.synchronize()
+        starts = [clock.new_event() for _ in range(repeats)]
+        ends = [clock.new_event() for _ in range(repeats)]
         # the GPU is held for the host's queueing of the calls, new content included
         per_call_us = _QUEUE_US_PER_CALL if guard is None else max(_QUEUE_US_PER_CALL, 2 * queue_us)
         chunk = max(1, int(_MAX_HOLD_US // per_call_us))
+        held = 0  # timed calls queued since the GPU was last held
         for r in range(repeats):
-            if r % chunk == 0:
+            if held % chunk == 0:
                 _hold_gpu(min(chunk, repeats - r), per_call_us)
+            held += 1
             k = (warmup + r) % n_sets
             if reset is not None:
                 reset(k)
             if guard is not None:
                 guard.before(warmup + r)
-            starts[r].record()
+            clock.record(starts[r])
             result = call(k)
-            ends[r].record()
+            clock.record(ends[r])
             if guard is not None:
                 guard.after(warmup + r, result)
-        torch.cuda.synchronize()
+                if drain is not None and guard.held_bytes() > CHECK_BYTES:
+                    clock.synchronize()  # between timed calls: the next one starts behind a new hold
+                    drain()
+                    held = 0
+        clock.synchronize()
         _refuse_persisting(stream)
-        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        if watch is not None:
+            watch.check("", (starts[0], ends[0]))
+        return [clock.elapsed_ms(s, e) * 1e3 for s, e in zip(starts, ends)]
 
 
 def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
@@ -290,16 +308,16 @@ def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats
                 call(i % n_sets)
         graph.replay()
         torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        starts = [clock.new_event() for _ in range(repeats)]
+        ends = [clock.new_event() for _ in range(repeats)]
         _hold_gpu(repeats)
         for r in range(repeats):
-            starts[r].record()
+            clock.record(starts[r])
             graph.replay()
-            ends[r].record()
-        torch.cuda.synchronize()
+            clock.record(ends[r])
+        clock.synchronize()
         _refuse_persisting(stream)
-        return [s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)]
+        return [clock.elapsed_ms(s, e) * 1e3 / calls for s, e in zip(starts, ends)]
 
 
 def _refuse_persisting(stream: int) -> None:
@@ -311,7 +329,7 @@ def _refuse_persisting(stream: int) -> None:
 
 
 def _cpu_samples(call: Callable[[int], Any], warmup: int, repeats: int, reset: Callable[[], Any] | None,
-                 guard: Guard | None = None) -> list[float]:
+                 guard: Guard | None = None, drain: Callable[[], None] | None = None) -> list[float]:
     if guard is not None:
         warmup = guard.warmup
         guard.start()
@@ -325,9 +343,9 @@ def _cpu_samples(call: Callable[[int], Any], warmup: int, repeats: int, reset: C
             guard.after(i, result)
     inner = 1
     if reset is None and guard is None:  # batch fast calls so each sample is long against the clock's resolution
-        t0 = time.perf_counter_ns()
+        t0 = clock.perf_counter_ns()
         call(0)
-        one = max(time.perf_counter_ns() - t0, 1)
+        one = max(clock.perf_counter_ns() - t0, 1)
         inner = max(1, min(10_000, _CPU_SAMPLE_NS // one))
     samples = []
     for r in range(repeats):
@@ -335,15 +353,17 @@ def _cpu_samples(call: Callable[[int], Any], warmup: int, repeats: int, reset: C
             reset()
         if guard is not None:  # one call per sample: each on new content
             guard.before(warmup + r)
-            t0 = time.perf_counter_ns()
+            t0 = clock.perf_counter_ns()
             result = call((warmup + r) % 2)
-            samples.append((time.perf_counter_ns() - t0) / 1e3)
+            samples.append((clock.perf_counter_ns() - t0) / 1e3)
             guard.after(warmup + r, result)
+            if drain is not None and guard.held_bytes() > CHECK_BYTES:
+                drain()
             continue
-        t0 = time.perf_counter_ns()
+        t0 = clock.perf_counter_ns()
         for _ in range(inner):
             call(0)
-        samples.append((time.perf_counter_ns() - t0) / inner / 1e3)
+        samples.append((clock.perf_counter_ns() - t0) / inner / 1e3)
     return samples
 
 
@@ -354,14 +374,32 @@ def _roofline(device: torch.device, bytes_moved: int | None, roofline: bool) -> 
     return copy_roofline(device)
 
 
-def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset: Callable[..., Any] | None,
-         bytes_moved: int | None, flops: int | None, cold_l2: bool, graph: bool, warmup: int, repeats: int,
-         roofline: bool, label: str, integrity: bool = False,
-         reference: Callable[..., Any] | None = None) -> BenchResult:
-    _check_counts(name, warmup, repeats)
+def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, label: str,
+         reference: Callable[..., Any] | None = None, plausible: bool = True, **how: Any) -> BenchResult:
+    """Time ``fn`` (rapid_llm.bench.integrity's checks with ``integrity``), watching what it changes in the process
+    (rapid_llm.bench.tamper), and refuse a figure above the read roofline unless ``plausible`` is off (the
+    harness's own roofline measurements). A refusal raises BenchRefused with ``label``."""
+    _check_counts(name, how["warmup"], how["repeats"])
     if not callable(fn):
         raise TypeError(f"{name}: fn must be callable, got {type(fn).__name__}")
     device = device_of(args, kwargs)
+    try:
+        watch = Watch(reference, device)
+        result = _measure(name, fn, args, kwargs, device, label=label, reference=reference, watch=watch, **how)
+        watch.check(label)
+        if plausible:
+            _refuse_above_roofline(result, device)
+        return result
+    except BenchRefused as exc:
+        if exc.label or not label:
+            raise
+        raise BenchRefused(exc.kind, label, exc.detail) from None
+
+
+def _measure(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, device: torch.device, *,
+             reset: Callable[..., Any] | None, bytes_moved: int | None, flops: int | None, cold_l2: bool, graph: bool,
+             warmup: int, repeats: int, roofline: bool, label: str, integrity: bool = False,
+             reference: Callable[..., Any] | None = None, watch: Watch | None = None) -> BenchResult:
     meta = dict(device=device_label(device), bytes_moved=bytes_moved, flops=flops, label=label)
     guarded = integrity and reset is None and not graph
     if device.type != "cuda":
@@ -376,7 +414,10 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
             def call_cpu(k: int) -> Any:
                 return fn(*sets[k % len(sets)][0], **sets[k % len(sets)][1])
 
-            samples = _cpu_samples(call_cpu, warmup, repeats, None, guard)
+            drain = None if guard is None else (lambda: guard.drain(fn, label, reference))
+            samples = _cpu_samples(call_cpu, warmup, repeats, None, guard, drain)
+            if watch is not None:
+                watch.check(label)  # before the checks, which call the reference
             if guard is not None:
                 _judge(guard, fn, reference, lambda g: _cpu_samples(call_cpu, 0, g.repeats, None, g), label)
         return _summarise(samples, kind="cpu", roofline_gbps=_roofline(device, bytes_moved, roofline), **meta)
@@ -396,14 +437,11 @@ def _run(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, reset:
             samples = _graph_samples(call, n_sets, warmup, repeats, device)
         else:
             guard = Guard(sets, warmup, repeats, device, _clone_set) if guarded else None
-            samples = _cuda_samples(call, n_sets, warmup, repeats, reset_k, device, guard)
+            drain = None if guard is None else (lambda: guard.drain(fn, label, reference))
+            samples = _cuda_samples(call, n_sets, warmup, repeats, reset_k, device, guard, drain, watch)
             if guard is not None:
                 _judge(guard, fn, reference, lambda g: _cuda_samples(call, n_sets, 0, g.repeats, None, device, g),
                        label)
-    except BenchRefused as exc:
-        if exc.label or not label:
-            raise
-        raise BenchRefused(exc.kind, label, exc.detail) from None
     finally:
         del sets
     return _summarise(samples, kind="cuda", roofline_gbps=_roofline(device, bytes_moved, roofline),
@@ -503,10 +541,10 @@ def bench_host(fn: Callable[..., Any], *args: Any, n: int = 1000, rounds: int = 
     sync(device)
     samples = []
     for _ in range(rounds):
-        t0 = time.perf_counter_ns()
+        t0 = clock.perf_counter_ns()
         for _ in range(n):
             fn(*args, **kwargs)
-        samples.append((time.perf_counter_ns() - t0) / n / 1e3)
+        samples.append((clock.perf_counter_ns() - t0) / n / 1e3)
         sync(device)
     return _summarise(samples, kind="host", device=device_label(device), label=label)
 
@@ -530,6 +568,30 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst.copy_(src)
 
 
+def _read(total: torch.Tensor, src: torch.Tensor) -> None:
+    torch.sum(src, dtype=torch.float32, out=total)
+
+
+#: A figure may sit this far above the measured read roofline (itself a measurement, a few percent from the bound).
+READ_MARGIN = 1.05
+
+
+def _refuse_above_roofline(r: BenchResult, device: torch.device) -> None:
+    """Raise BenchRefused (above_roofline) when a GPU figure from a working set past COLD_FACTOR x L2 moves its bytes
+    faster than the device reads: no kernel can, so work escaped the timer (another stream, a host thread, a
+    patched clock)."""
+    if device.type != "cuda" or not r.bytes_moved or r.kind != "cuda":
+        return
+    touched = r.bytes_moved * (r.rotation_sets if r.cold_l2 else 1)  # what the timed calls cycle through
+    if touched < COLD_FACTOR * l2_bytes(device) or r.gbps is None:
+        return
+    limit = read_roofline(device)
+    if r.gbps > READ_MARGIN * limit:
+        raise BenchRefused("above_roofline", r.label, f"{r.gbps:.0f} GB/s ({100 * r.gbps / limit:.0f}% of the "
+                                                      f"{limit:.0f} GB/s this device reads) with {r.bytes_moved} "
+                                                      f"bytes a call, more than L2 ({l2_bytes(device)})")
+
+
 def copy_roofline(device: torch.device | str | None = None) -> float:
     """GB/s (bytes read plus written) of a large copy on ``device``; measured once per device per process."""
     if device is None:
@@ -549,8 +611,30 @@ def copy_roofline(device: torch.device | str | None = None) -> float:
             repeats = 5
         src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
         dst = torch.empty_like(src)
-        result = bench(_copy, dst, src, bytes_moved=2 * nbytes, roofline=False, cold_l2=False, integrity=False,
-                       warmup=3, repeats=repeats, label=f"copy roofline, {device_label(device)}")
+        result = _run("copy_roofline", _copy, (dst, src), {}, reset=None, bytes_moved=2 * nbytes, flops=None,
+                      roofline=False, cold_l2=False, graph=False, integrity=False, warmup=3, repeats=repeats,
+                      label=f"copy roofline, {device_label(device)}", plausible=False)
         del src, dst
+        _cache[key] = float(result.gbps)
+        return _cache[key]
+
+
+def read_roofline(device: torch.device | str | None = None) -> float:
+    """GB/s of a large read (a sum over ROOFLINE_BYTES_GPU, at least 4x L2) on a GPU: the fastest any kernel moves
+    bytes from DRAM, the bound no figure may pass; measured once per device per process."""
+    device = torch.device(device if device is not None else "cuda")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = f"read {device}"
+    with _lock:
+        if key in _cache:
+            return _cache[key]
+        nbytes = max(ROOFLINE_BYTES_GPU, 4 * l2_bytes(device))
+        src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+        total = torch.empty((), dtype=torch.float32, device=device)
+        result = _run("read_roofline", _read, (total, src), {}, reset=None, bytes_moved=nbytes, flops=None,
+                      roofline=False, cold_l2=False, graph=False, integrity=False, warmup=3, repeats=30,
+                      label=f"read roofline, {device_label(device)}", plausible=False)
+        del src, total
         _cache[key] = float(result.gbps)
         return _cache[key]

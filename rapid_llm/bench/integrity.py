@@ -6,10 +6,12 @@ pointer, a result cached from an earlier call), or behaves differently once it h
 times (warm-up detection). The harness answers each while it times (rapid_llm.bench.harness):
 
 * **new content for every call**, warm-up calls included: each argument set's floating tensors are
-  rewritten from a pristine copy times a random factor in [0.5, 1.5) per element (signs, zeros, inf and
-  NaN kept, so the op's input contract holds; integer tensors such as positions are left alone). The
-  rewrite happens half a rotation ahead of the set's use, so it has left L2 by the time the set is timed;
-* **checked calls**: a few timed calls, drawn at random (the kernel cannot know which), keep copies of
+  rewritten from a pristine copy times a random positive factor per element (signs, zeros, inf and NaN
+  kept, so the op's input contract holds; integer tensors such as positions are left alone), the factor
+  drawn from one of several laws (:data:`LAWS`) per call, so an answer that only fits one law (a constant,
+  a subsample) is wrong on another. The rewrite happens half a rotation ahead of the set's use, so it has
+  left L2 by the time the set is timed;
+* **checked calls**: :data:`CHECKED_CALLS` timed calls, drawn at random (the kernel cannot know which), keep copies of
   their inputs and results; afterwards each is compared with the op's floor row (``bench(...,
   reference=)``; bench_op and compare pass it) or else an untimed call of the row itself, on the same
   content at new addresses. A pointer memo, a result cached from another call, or work skipped once
@@ -21,6 +23,8 @@ times (warm-up detection). The harness answers each while it times (rapid_llm.be
   that is twice as fast on content it has seen, on every call, remembers instead of computing:
   ``content_memo``, once a second probe round agrees (a burst of load on the machine can slow one
   round's new-content passes; a memo is fast every time);
+* **plain results**: a call that returns a tensor subclass or another object where a tensor is due (a result
+  computed when it is read, or one whose comparisons answer for it) is refused: ``lazy_result``;
 * the warm-up count varies at random, so counting calls does not find the timed ones.
 
 The persisting-L2 cap is rapid_llm.bench.l2_persist's (``persisting_l2``). Each refusal raises
@@ -29,13 +33,15 @@ these (a CUDA graph replays fixed addresses and content, so graph timing never h
 """
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["BenchRefused", "REFUSALS", "Guard", "CHECKED_CALLS", "PROBE_CALLS", "MEMO_RATIO", "compare"]
+__all__ = ["BenchRefused", "REFUSALS", "Guard", "CHECKED_CALLS", "PROBE_CALLS", "MEMO_RATIO", "LAWS", "compare",
+           "not_plain"]
 
 #: Each refusal's name and what it means.
 REFUSALS = {
@@ -48,9 +54,24 @@ REFUSALS = {
                     "remembers results instead of computing them",
     "persisting_l2": "the row set a persisting-L2 carve-out or access-policy window, which keeps its data in L2 "
                      "through any flush or rotation",
+    "lazy_result": "a call returned a tensor subclass or a non-tensor where a tensor is due: a result computed "
+                   "when read (outside the timer), or one whose comparisons answer for it",
+    "timer_patched": "the row replaced a function a timer calls (a Python entry point or the runtime's native "
+                     "code); the harness times with references of its own, and refuses the run",
+    "checker_tampered": "the row rebound a function or constant the reference or the check calls, so a wrong "
+                        "result could agree with a reference made just as wrong",
+    "above_roofline": "the figure moves bytes faster than the device reads them (its measured read roofline) "
+                      "from a working set larger than L2: work escaped the timer",
 }
-#: Timed calls whose results are checked (drawn at random among the timed calls).
-CHECKED_CALLS = 2
+#: A row that skips its work on a fraction SKIP_FRACTION of calls, or more, escapes the checked calls with
+#: probability at most ESCAPE: (1 - p)^n <= ESCAPE for n checked calls drawn at random among the timed ones.
+SKIP_FRACTION, ESCAPE = 0.1, 0.05
+#: Timed calls whose results are checked (drawn at random among the timed calls): 29; every timed call where
+#: there are fewer.
+CHECKED_CALLS = math.ceil(math.log(ESCAPE) / math.log(1 - SKIP_FRACTION))
+#: Bytes of checked calls' copies held at once; past it the checks made so far are judged and dropped (between
+#: timed calls, outside the events), so 29 checks of a gigabyte-sized call fit in memory.
+CHECK_BYTES = 2 << 30
 #: Timed calls in the memo probe's pass.
 PROBE_CALLS = 10
 #: Seen content this much faster than new content (medians, and every seen call faster) means a memo.
@@ -60,7 +81,9 @@ MEMO_RATIO = 0.5
 AGREE = 0.05
 #: Extra warm-up calls, drawn at random up to this many.
 WARMUP_JITTER = 4
-_SPREAD = (0.5, 1.5)
+#: The laws new content is drawn from, one per call: per-element factors uniform in [0.5, 1.5) ("spread"), or
+#: 2**U(-4, 4), a heavy spread of magnitudes a subsample misses ("wide"); each keeps signs, zeros, inf and NaN.
+LAWS = ("spread", "wide")
 #: (callable id, argument shapes) the memo probe passed in this process.
 _PROBED: dict[tuple, Any] = {}
 
@@ -123,6 +146,17 @@ def compare(got: Any, want: Any, where: str = "result") -> str | None:
     return None
 
 
+def not_plain(result: Any) -> str | None:
+    """Why a call's result is not plain tensors (a tuple or list of them, or None), or None when it is."""
+    if isinstance(result, (tuple, list)):
+        return next((why for r in result if (why := not_plain(r))), None)
+    if result is None or type(result) is torch.Tensor:
+        return None
+    if isinstance(result, torch.Tensor):
+        return f"returned a {type(result).__qualname__}, a torch.Tensor subclass"
+    return f"returned a {type(result).__qualname__} where a tensor is due"
+
+
 def _differs(got: Any, inputs_after: list[torch.Tensor], want: Any, want_args: tuple, want_kwargs: dict) -> str | None:
     """Why a call (its result, and its tensor arguments afterwards: an in-place op's output) is not the reference
     call's on the same content (``want``, and ``want_args``/``want_kwargs`` after it), or None."""
@@ -158,15 +192,20 @@ class Guard:
         self.checked = set(rng.sample(timed, min(CHECKED_CALLS, len(timed)))) if checks and fixed is None else set()
         self.before_copies: dict[int, tuple[tuple, dict]] = {}
         self.after_copies: dict[int, tuple[Any, list[torch.Tensor]]] = {}
+        self.lazy: tuple[int, str] | None = None  # the first call that returned no plain tensor, and what it did
+        self.set_bytes = sum(t.numel() * t.element_size() for t in _tensors(*sets[0]))
 
     def set_of(self, position: int) -> int:
         return position % len(self.sets)
 
-    def _refresh(self, args: tuple, kwargs: dict) -> None:
-        """New content in a set: the pristine tensors times a fresh random factor per element."""
+    def _refresh(self, args: tuple, kwargs: dict, law: str = "spread") -> None:
+        """New content in a set: the pristine tensors times a fresh random factor per element, of ``law``."""
         for t, p in zip(_refreshable(args, kwargs), self.pristine):
             factor = torch.empty(p.shape, dtype=torch.float32, device=p.device)
-            factor.uniform_(*_SPREAD, generator=self.gen)
+            if law == "wide":
+                factor.uniform_(-4.0, 4.0, generator=self.gen).exp2_()
+            else:
+                factor.uniform_(0.5, 1.5, generator=self.gen)
             t.copy_(p.float() * factor)
 
     def _prepare(self, position: int) -> None:
@@ -175,7 +214,7 @@ class Guard:
         k = self.set_of(position)
         # New content is made in the staging set and copied in; the probe's pass makes it too and copies its
         # fixed content instead: the two passes do the same work between calls (on CPU, caches remember it).
-        self._refresh(*self.staging)
+        self._refresh(*self.staging, law=LAWS[position % len(LAWS)] if self.fixed is None else "spread")
         for t, f in zip(_tensors(*self.sets[k]), _tensors(*(self.fixed or self.staging))):
             t.copy_(f)
         if position in self.checked:
@@ -190,21 +229,35 @@ class Guard:
         self._prepare(position + self.lead)
 
     def after(self, position: int, result: Any) -> None:
+        if self.lazy is None and (why := not_plain(result)):
+            self.lazy = (position, why)
         if position in self.checked:
             inputs = _tensors(*self.sets[self.set_of(position)])
             self.after_copies[position] = (_copy(result), [t.clone() for t in inputs])
 
-    def check(self, fn: Callable[..., Any], label: str, reference: Callable[..., Any] | None = None) -> None:
-        """Each checked call against ``reference`` (else an untimed call of ``fn``) on a copy of its content, at
-        new addresses (raises BenchRefused). Only a reference catches a row that stays wrong after warm-up."""
-        for position in sorted(self.checked):
-            args, kwargs = self.before_copies[position]
+    def held_bytes(self) -> int:
+        """Roughly what the checked calls' copies hold now (inputs before, inputs and result after)."""
+        return self.set_bytes * (len(self.before_copies) + 2 * len(self.after_copies))
+
+    def drain(self, fn: Callable[..., Any], label: str, reference: Callable[..., Any] | None = None) -> None:
+        """Judge the checked calls made so far and drop their copies (raises BenchRefused)."""
+        if self.lazy is not None:
+            position, why = self.lazy
+            when = "warm-up" if position < self.warmup else f"timed call {position - self.warmup + 1} of {self.repeats}"
+            raise BenchRefused("lazy_result", label, f"{when}: {why}")
+        for position in sorted(self.after_copies):
+            args, kwargs = self.before_copies.pop(position)
+            got, inputs_after = self.after_copies.pop(position)
             want = (reference or fn)(*args, **kwargs)
-            got, inputs_after = self.after_copies[position]
             why = _differs(got, inputs_after, want, args, kwargs)
             if why:
                 raise BenchRefused("timed_output_wrong", label,
                                    f"timed call {position - self.warmup + 1} of {self.repeats}: {why}")
+
+    def check(self, fn: Callable[..., Any], label: str, reference: Callable[..., Any] | None = None) -> None:
+        """Each checked call against ``reference`` (else an untimed call of ``fn``) on a copy of its content, at
+        new addresses (raises BenchRefused). Only a reference catches a row that stays wrong after warm-up."""
+        self.drain(fn, label, reference)
         if self.checked:
             self._check_addresses(fn, label, reference, min(self.checked))
 
