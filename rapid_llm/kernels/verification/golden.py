@@ -136,12 +136,13 @@ def _run_checked(call: Callable, fn: Callable, args: tuple, device: torch.device
 _TIMING_CAUSES = ("other_stream", "deferred_work")
 
 
-def _causes(run: Callable, args: tuple, got: Any, exact: torch.Tensor, magnitude: torch.Tensor | None,
+def _causes(run: Callable, args: tuple, got: Any, exact: torch.Tensor, wrong: torch.Tensor | None,
             tdtype: torch.dtype, ref: Reference, device: torch.device, right: Callable[[Any], bool],
             values_wrong: bool, defects: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The defects of a wrong case, with its cause named where a check can tell it (rapid_llm.kernels.verification.defects):
     work on another stream or finishing after the return, then (for wrong values) a read out of bounds, flushed
-    subnormals or a narrower type. ``right(result)`` says whether a result passes the case."""
+    subnormals or a narrower type. ``right(result)`` says whether a result passes the case; ``wrong`` is the mask
+    of ``got``'s elements outside the rule (None where the op's own ``compare`` mode judged it)."""
     symptom_gone = [d for d in defects if d[0] != "unwritten"]
     if device.type == "cuda":  # right when the device is idle, wrong on a busy stream?
         again = run(*args)
@@ -160,12 +161,11 @@ def _causes(run: Callable, args: tuple, got: Any, exact: torch.Tensor, magnitude
     reads = _defects.out_of_bounds_reads(run, args)
     if reads:
         return defects + [("out_of_bounds_read", m) for m in reads]
-    if ref.compare is None and isinstance(got, torch.Tensor) and got.shape == exact.shape:
-        errors = _cmp.element_errors(got, exact.to(got.device), tdtype, ulps=1.0, magnitude=magnitude)
-        flushed = _defects.flush_to_zero(got, exact, errors.diff > errors.allowed, args)
+    if ref.compare is None and wrong is not None:
+        flushed = _defects.flush_to_zero(got, exact, wrong, args)
         if flushed:
             return defects + [("flush_to_zero", flushed)]
-        narrow = _defects.precision_loss(got, exact, errors.diff > errors.allowed, tdtype)
+        narrow = _defects.precision_loss(got, exact, wrong, tdtype)
         if narrow:
             return defects + [("precision_loss", narrow)]
     return defects
@@ -220,7 +220,12 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
                                          base.name != row.name, magnitude, args) == 0 \
                     and not _defects.unwritten_count(result, exact)
 
-            defects_here = _causes(lambda *a: call(fn, *a), args, got, exact, magnitude, tdtype, ref, device,
+            wrong = None
+            if ref.compare is None and isinstance(got, torch.Tensor) and got.shape == exact.shape:
+                errors, _ = _cmp.case_errors(got, exact.to(got.device), base_out, tdtype, ref, abs_tol,
+                                             base.name != row.name, magnitude)
+                wrong = errors.diff > errors.allowed
+            defects_here = _causes(lambda *a: call(fn, *a), args, got, exact, wrong, tdtype, ref, device,
                                    right, bool(bad), defects_here)
             timing_cause = any(kind in _TIMING_CAUSES for kind, _ in defects_here)
         elif timing_cause:  # the same cause again: its symptom is not another defect
@@ -247,7 +252,7 @@ def _verify_dtype(row: KernelSpec, fn: Callable, base: KernelSpec, base_fn: Call
     sample = torch.cat(acc.samples) if acc.samples else torch.zeros(0, dtype=torch.float64)
     return DtypeResult(dtype, acc.bad == 0 and not found, acc.max_abs, acc.max_rel, acc.vs_base, acc.base_err, acc.n,
                        acc.bad, tuple(acc.worst), rule, None, sample, tuple(found), deterministic,
-                       ref.compare.summary(acc.counts) if ref.compare is not None else ())
+                       ref.compare.summary(acc.counts) if ref.compare is not None else (), acc.ulps, acc.bound_ulps)
 
 
 def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = None,

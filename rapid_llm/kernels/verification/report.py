@@ -64,6 +64,8 @@ class DtypeResult:
     defects: tuple[Defect, ...] = ()
     deterministic: bool | None = None  # bitwise equal over two runs on one input (None: not run)
     notes: tuple[str, ...] = ()  # what an op's own comparison rule reports (Reference.compare.summary)
+    ulps: float | None = None  # the largest error in ulps of m (comparison.ulps_of; None: another rule judged it)
+    bound_ulps: float | None = None  # the bound B in ulps it was held to (the largest over the cases)
 
     @property
     def worst_element(self) -> ElementDiff | None:
@@ -96,9 +98,15 @@ class DtypeResult:
         worst = self.error or ("-" if w is None else
                                f"{w.case} {list(w.index)}: row {w.row_value:.6g}, exact {w.exact_value:.6g}")
         of_allowed = "-" if w is None else ("inf" if math.isinf(w.ratio) else f"{w.ratio:.2g}x")
-        return (self.dtype, self.verdict, _fmt(self.max_abs_diff), _fmt(self.max_rel_diff),
+        return (self.dtype, self.verdict, _fmt(self.max_abs_diff), _fmt(self.max_rel_diff), self.ulps_text(),
                 of_allowed, _fmt(self.max_abs_diff_vs_baseline), _fmt(self.baseline_max_abs_diff),
                 f"{self.n_bad}/{self.n_elements}", worst)
+
+    def ulps_text(self) -> str:
+        """"3.1 of 10": the largest error in ulps of m, of the bound it was held to (the "ulps" column)."""
+        if self.ulps is None:
+            return "-"
+        return f"{self.ulps:.2g}" + ("" if self.bound_ulps is None else f" of {self.bound_ulps:.3g}")
 
     @property
     def recorded_diff(self) -> float:
@@ -187,8 +195,10 @@ class GoldenReport:
         return str(self)
 
 
-#: The report's columns: "of allowed" is the worst element's error over what the rule allows it (<= 1 passes).
-COLUMNS = ("dtype", "verdict", "max abs", "max rel", "of allowed", "vs baseline", "baseline err", "bad/elements",
+#: The report's columns: "ulps" is the largest error in ulps of m, of the bound B the rule held the dtype to
+#: (rapid_llm.kernels.verification.comparison); "of allowed" is the worst element's error over what the rule allows
+#: it (<= 1 passes).
+COLUMNS = ("dtype", "verdict", "max abs", "max rel", "ulps", "of allowed", "vs baseline", "baseline err", "bad/elements",
            "worst element")
 
 
