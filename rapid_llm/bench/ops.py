@@ -10,12 +10,13 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from rapid_llm.bench.harness import DEFAULT_REPEATS, DEFAULT_WARMUP, BenchResult, bench, bench_host
+from rapid_llm.bench.integrity import BenchRefused
 from rapid_llm.kernels.toolchain.fastpath.binding import plain_launches
 from rapid_llm.kernels.dispatch import measurements
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch.dispatcher import explain
 from rapid_llm.kernels.registry.opdecl import CaseArgs
-from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, native_row, rows_for
+from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, native_row, refuse, rows_for
 from rapid_llm.kernels.toolchain.digests import code_digest
 
 __all__ = ["OpMeasurement", "bench_op", "floor_call", "eligible_rows", "stored_figures", "make_args", "write_results"]
@@ -77,7 +78,9 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
     row that is filtered raises with the reason. Recorded figures make
     dispatch order the rows by measured latency on this device; ``form``
     times one of the op's other forms (OpDecl.forms), whose figures rank
-    calls of that form.
+    calls of that form. A row bench refuses raises BenchRefused, and its build
+    is refused in the registry (spec.refuse): dispatch passes it over, and
+    explain names the refusal, until a new build of it passes verify.
     """
     all_rows = rows_for(op)
     if not all_rows:
@@ -106,8 +109,14 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
             case = make_args(op, numel, tdtype, device, form)
             for row in chosen:
                 fn = get_row(row).call_path()
-                result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
-                               warmup=warmup, repeats=repeats, label=row, reference=floor_call(op), **case.kwargs)
+                try:
+                    result = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, graph=graph,
+                                   warmup=warmup, repeats=repeats, label=row, reference=floor_call(op),
+                                   **case.kwargs)
+                except BenchRefused as exc:
+                    if not get_row(row).is_native:  # the floor is the reference: nothing to fall back to
+                        refuse(row, f"bench ({dtype}, numel={numel}): {exc.kind}: {exc.detail}")
+                    raise
                 host = _host_us(fn, case, result)
                 replayed = None if graph else _graph_us(get_row(row), fn, case, result, device, warmup, repeats)
                 flag = implausible(result, device)

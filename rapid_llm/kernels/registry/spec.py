@@ -50,6 +50,7 @@ __all__ = [
     "KernelSpec",
     "RegistryError",
     "register",
+    "refuse",
     "unregister",
     "native_row",
     "update_golden",
@@ -153,29 +154,36 @@ class GoldenRecord:
     """What verification against the baseline row measured.
 
     ``verified=False`` keeps a row out of default dispatch: a kernel has to be
-    checked against its baseline before it may answer calls.
+    checked against its baseline before it may answer calls. ``refused`` names
+    a check that refused this build (bench's ``timed_output_wrong: ...``): the
+    row stays out of dispatch, whatever a later verify of the same build says,
+    until a new build replaces it (:func:`refuse`).
     """
 
     verified: bool = False
     max_abs_diff: float | None = None
     baseline: str | None = None
     per_dtype: tuple[tuple[str, float], ...] = ()
+    refused: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_abs_diff is not None and not self.max_abs_diff >= 0:
             raise RegistryError(f"GoldenRecord.max_abs_diff must be >= 0, got {self.max_abs_diff!r}")
+        if self.refused and self.verified:
+            raise RegistryError("GoldenRecord: a refused build is never verified")
 
     # The one JSON form of a record: a .cu row line, the per-digest verification cache, a verify child's answer.
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready object (what :meth:`from_json` reads back)."""
         return {"verified": self.verified, "max_abs_diff": self.max_abs_diff, "baseline": self.baseline,
-                "per_dtype": [list(p) for p in self.per_dtype]}
+                "per_dtype": [list(p) for p in self.per_dtype], "refused": self.refused}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GoldenRecord:
         """A record from :meth:`to_json`'s object; a missing field takes its default (unverified)."""
         return cls(verified=bool(data.get("verified", False)), max_abs_diff=data.get("max_abs_diff"),
-                   baseline=data.get("baseline"), per_dtype=tuple((d, float(v)) for d, v in data.get("per_dtype", ())))
+                   baseline=data.get("baseline"), per_dtype=tuple((d, float(v)) for d, v in data.get("per_dtype", ())),
+                   refused=data.get("refused"))
 
 
 def _check_ref(kind: str, name: str, ref: Ref | None) -> None:
@@ -294,7 +302,10 @@ class KernelSpec:
         return bound() if callable(bound) else fn
 
     def probe(self, device: Any = None) -> Availability:
-        """Run the row's toolchain probe; cheap by contract (never compiles)."""
+        """Whether the row may run here: not when a check refused its build (GoldenRecord.refused), else its
+        toolchain probe's answer; cheap by contract (never compiles)."""
+        if self.golden.refused:
+            return Availability(False, f"refused by {self.golden.refused} (a new build must pass verify again)")
         if self.available is None:
             return Availability(True)
         fn = resolve_ref(self.available)
@@ -468,6 +479,9 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
                     raise RegistryError(
                         f"op {spec.op!r} already has its native row {other!r}; exactly one native row per op"
                     )
+        refused = _refusals.get(_build_key(spec))
+        if refused and not spec.golden.refused:  # the same build again (a cell re-run unchanged)
+            spec = dataclasses.replace(spec, golden=dataclasses.replace(spec.golden, verified=False, refused=refused))
         _state.rows[spec.name] = spec
         names = _state.by_op.setdefault(spec.op, [])
         if spec.name not in names:
@@ -489,10 +503,32 @@ def unregister(name: str) -> None:
         _changed()
 
 
-def update_golden(name: str, golden: GoldenRecord) -> KernelSpec:
-    """Swap a row's golden record (after verification) and let dispatch re-resolve."""
+#: The build (a JIT row's source digest, else the row's name and target) -> the refusal it drew in this process.
+_refusals: dict[tuple, str] = {}
+
+
+def _build_key(spec: KernelSpec) -> tuple:
+    digest = getattr(spec.target, "digest", None)
+    return ("digest", digest) if digest else ("row", spec.name, spec.target if isinstance(spec.target, str) else
+                                              id(spec.target))
+
+
+def refuse(name: str, why: str) -> KernelSpec:
+    """Record that a check refused row ``name``'s build (``why``: "bench: timed_output_wrong: ..."): dispatch
+    passes it over and explain names ``why`` until a new build of the row is registered and verified."""
     with _lock:
         spec = get_row(name)
+        _refusals[_build_key(spec)] = why
+        return update_golden(name, dataclasses.replace(spec.golden, verified=False, refused=why))
+
+
+def update_golden(name: str, golden: GoldenRecord) -> KernelSpec:
+    """Swap a row's golden record (after verification) and let dispatch re-resolve. A refusal of the row's build
+    stays: verifying the same build again does not lift it."""
+    with _lock:
+        spec = get_row(name)
+        if spec.golden.refused and not golden.refused:
+            golden = dataclasses.replace(golden, verified=False, refused=spec.golden.refused)
         new = dataclasses.replace(spec, golden=golden)
         _state.rows[name] = new
         _changed()
