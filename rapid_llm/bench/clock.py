@@ -17,7 +17,7 @@ harness therefore times only with references taken here, at import, before any r
 from __future__ import annotations
 
 import ctypes
-import re
+import os
 import time
 from typing import Any
 
@@ -143,7 +143,7 @@ def torch_elapsed_ms(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
 NATIVE_SYMBOLS = {
     "libcudart": ("cudaEventElapsedTime", "cudaEventRecord", "cudaEventSynchronize", "cudaDeviceSynchronize",
                   "cudaStreamSynchronize", "cudaEventQuery"),
-    "libcuda.so": ("cuEventElapsedTime", "cuEventElapsedTime_v2", "cuEventRecord", "cuEventSynchronize",
+    "libcuda": ("cuEventElapsedTime", "cuEventElapsedTime_v2", "cuEventRecord", "cuEventSynchronize",
                    "cuCtxSynchronize", "cuStreamSynchronize"),
 }
 #: Bytes of each function's code compared: room for any jump that could send it elsewhere.
@@ -151,12 +151,12 @@ CODE_BYTES = 16
 
 
 def _loaded_library(stem: str) -> str | None:
-    """The path of the first library mapped into this process whose file name starts with ``stem``."""
+    """The path of the first library mapped into this process whose file is ``<stem>.so...``."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
-                path = line.split()[-1] if line.strip() else ""
-                if re.search(rf"/{re.escape(stem)}[^/]*\.so", path) or path.endswith("/" + stem):
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if os.path.basename(path).startswith(stem + ".so"):
                     return path
     except OSError:
         return None
@@ -172,7 +172,7 @@ def native_snapshot() -> dict[str, tuple[int, bytes]]:
         if path is None:
             continue
         try:
-            lib = ctypes.CDLL(path, mode=ctypes.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
         except OSError:
             continue
         for symbol in symbols:

@@ -11,7 +11,7 @@ import torch
 
 from rapid_llm.bench import BenchRefused, bench
 from rapid_llm.bench.integrity import REFUSALS
-from tests.contract.cheats import cheat_rows, shipped
+from tests.contract.cheats import cheat_rows, shipped, shortcuts, tampering
 
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
@@ -22,34 +22,53 @@ from rapid_llm.kernels.verification.golden import verify
 @pytest.fixture(autouse=True)
 def _fresh_memos():
     cheat_rows.forget()
+    shortcuts.forget()
+    yield
+    tampering.forget()
 
 
-CHEATS = [("scale_in_bf16", "precision_loss"), ("scale_on_a_host_thread", "deferred_work")]
+#: Cheats verify catches: (row function, module, defect).
+CHEATS = [("scale_in_bf16", "cheat_rows", "precision_loss"), ("scale_on_a_host_thread", "cheat_rows", "deferred_work"),
+          ("scale_in_a_freed_block", "shortcuts", "unwritten")]
 
 
-def cheat_row(fn: str) -> str:
+def cheat_row(fn: str, module: str = "cheat_rows") -> str:
     name = f"external/{fn}"
-    spec.register(KernelSpec(name=name, op="scale", backend="external", target=f"tests.contract.cheats.cheat_rows:{fn}",
-                             dtypes=("fp32",), devices=("cpu",)))
+    spec.register(KernelSpec(name=name, op="scale", backend="external", target=f"tests.contract.cheats.{module}:{fn}",
+                             dtypes=("fp32",), devices=("cpu",)), replace=True)
     return name
 
 
-@pytest.mark.parametrize("fn, kind", CHEATS, ids=[c[0] for c in CHEATS])
-def test_cheat_is_caught_by_name(fn, kind):
+@pytest.mark.parametrize("fn, module, kind", CHEATS, ids=[c[0] for c in CHEATS])
+def test_cheat_is_caught_by_name(fn, module, kind):
     assert kind in DEFECT_KINDS
-    report = verify(cheat_row(fn), dtypes=["fp32"], device="cpu")
+    report = verify(cheat_row(fn, module), dtypes=["fp32"], device="cpu")
     assert not report.passed, str(report)
     kinds = {d.kind for d in report.defects}
     assert kind in kinds, f"expected {kind!r}, got {sorted(kinds)}\n{report}"
     assert "unwritten" not in kinds or kind != "deferred_work", str(report)  # the cause is named, not its symptom
 
 
-#: Cheats the harness catches while timing on CPU: (row function, refusal). The persisting-L2 cheat needs CUDA
-#: (tests/gpu/contract/test_cheats.py).
+def test_a_hard_coded_shape_fails_verify():
+    """Whole tiles only: right at the benchmark's sizes, a tail left zero; verify's tail sizes find it."""
+    report = verify(cheat_row("scale_hardcoded_size", "shortcuts"), dtypes=["fp32"], device="cpu")
+    assert not report.passed, str(report)
+
+
+#: Cheats the harness catches while timing on CPU: (row function, refusal). The persisting-L2 and native-timer
+#: cheats need CUDA (tests/gpu/contract/test_cheats.py).
 BENCH_CHEATS = [("scale_memo_by_pointer", "timed_output_wrong"),
                 ("scale_memo_by_content", "content_memo"),
                 ("scale_after_warmup", "timed_output_wrong"),
-                ("scale_cached_reference", "timed_output_wrong")]
+                ("scale_cached_reference", "timed_output_wrong"),
+                ("scale_patching_event_timer", "timer_patched"),
+                ("scale_patching_perf_counter", "timer_patched"),
+                ("scale_patching_the_reference", "checker_tampered"),
+                ("scale_loosening_the_checker", "checker_tampered"),
+                ("scale_lazy_subclass", "lazy_result"),
+                ("scale_overriding_eq", "lazy_result"),
+                ("scale_skipping_close_launches", "timed_output_wrong"),
+                ("scale_skipping_at_random", "timed_output_wrong")]
 
 
 def _floor(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -60,10 +79,23 @@ def _floor(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) 
 def test_bench_refuses_the_cheat_by_name(fn, kind):
     assert kind in REFUSALS
     x = torch.randn(1 << 16)
+    row = next(getattr(m, fn) for m in (cheat_rows, tampering, shortcuts) if hasattr(m, fn))
     with pytest.raises(BenchRefused) as caught:
-        bench(getattr(cheat_rows, fn), x, 2.0, reference=_floor, label=fn)
+        bench(row, x, 2.0, reference=_floor, label=fn)
     assert caught.value.kind == kind, str(caught.value)
     assert fn in str(caught.value) and kind in str(caught.value)
+    assert torch.mul is torch.ops.aten.mul.Tensor or torch.mul.__name__ == "mul"  # what the row replaced is back
+
+
+@pytest.mark.parametrize("fn", ["rms_norm_unit_rms", "rms_norm_subsampled"])
+def test_an_answer_that_fits_one_input_law_is_refused(fn):
+    """New content alternates two laws; each row is close enough on N(0, 1) inputs scaled near 1 (the first)."""
+    from rapid_llm.bench.ops import floor_call, make_args
+
+    case = make_args("rms_norm", 4 * 4096, torch.float32, "cpu")
+    with pytest.raises(BenchRefused) as caught:
+        bench(getattr(shortcuts, fn), *case.args, reference=floor_call("rms_norm"), label=fn, **case.kwargs)
+    assert caught.value.kind == "timed_output_wrong", str(caught.value)
 
 
 def test_bench_without_a_reference_still_catches_a_pointer_memo():

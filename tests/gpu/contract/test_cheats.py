@@ -13,7 +13,7 @@ import torch
 from rapid_llm.bench import BenchRefused, bench
 from rapid_llm.bench.integrity import REFUSALS
 from rapid_llm.kernels.registry import spec
-from tests.contract.cheats import cheat_rows, shipped
+from tests.contract.cheats import cheat_rows, shipped, shortcuts, tampering
 
 pytestmark = pytest.mark.gpu
 
@@ -21,6 +21,9 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True)
 def _fresh_memos():
     cheat_rows.forget()
+    shortcuts.forget()
+    yield
+    tampering.forget()
 
 
 def _floor(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -35,6 +38,40 @@ def test_bench_refuses_the_persisting_l2_cheat_by_name():
         bench(getattr(cheat_rows, fn), x, 2.0, reference=_floor, label=fn)
     assert caught.value.kind == kind, str(caught.value)
     assert fn in str(caught.value) and kind in str(caught.value)
+
+
+#: Cheats caught by name on CUDA tensors: the timer patches (Python and the runtime's code), the checker's.
+CUDA_CHEATS = [(tampering, "scale_patching_event_timer", "timer_patched"),
+               (tampering, "scale_patching_native_timer", "timer_patched"),
+               (tampering, "scale_patching_the_reference", "checker_tampered"),
+               (shortcuts, "scale_lazy_subclass", "lazy_result"),
+               (shortcuts, "scale_skipping_at_random", "timed_output_wrong")]
+
+
+@pytest.mark.parametrize("module, fn, kind", CUDA_CHEATS, ids=[c[1] for c in CUDA_CHEATS])
+def test_bench_refuses_the_cuda_cheat_by_name(module, fn, kind):
+    x = torch.randn(1 << 20, device="cuda")
+    with pytest.raises(BenchRefused) as caught:
+        bench(getattr(module, fn), x, 2.0, reference=_floor, label=fn)
+    assert caught.value.kind == kind, str(caught.value)
+    result = bench(_floor, x, 2.0, reference=_floor, label="after it")  # the process's timer is honest again
+    assert result.median_us > 0
+
+
+def _on_a_side_stream(input: torch.Tensor, factor: float) -> torch.Tensor:
+    """Work launched where the caller's events do not wait for it."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        return input * factor
+
+
+def test_a_figure_above_the_read_roofline_is_refused():
+    """Without the checks (integrity=False) a row working off the current stream times as nothing: bench refuses
+    the figure by the read roofline alone."""
+    x = torch.randn(1 << 26, device="cuda")
+    with pytest.raises(BenchRefused) as caught:
+        bench(_on_a_side_stream, x, 2.0, bytes_moved=2 * x.numel() * 4, integrity=False, label="side stream")
+    assert caught.value.kind == "above_roofline", str(caught.value)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
