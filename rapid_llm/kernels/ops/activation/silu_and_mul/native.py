@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rapid_llm.kernels.ops import arguments as a
 from rapid_llm.kernels.platform import describe, shape_str
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -12,10 +13,9 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 def check_args(x: torch.Tensor, out: torch.Tensor | None) -> int:
     """I (half of x's last dim); ValueError naming the op for what every row refuses, in the CUDA launcher's
     words (TypeError for a non-tensor)."""
-    try:
-        two_i = x.shape[-1] if x.dim() else 1
-    except AttributeError:
-        raise TypeError(f"silu_and_mul: x must be a tensor, got {type(x).__name__}") from None
+    a.tensor("silu_and_mul", "x", x)
+    a.optional_tensor("silu_and_mul", "out", out)
+    two_i = x.shape[-1] if x.dim() else 1
     if two_i % 2:
         raise ValueError(f"silu_and_mul: the input's last dim must be even ([..., 2I]), got {shape_str(x)}")
     if x.dtype not in _DTYPES:
@@ -28,7 +28,13 @@ def check_args(x: torch.Tensor, out: torch.Tensor | None) -> int:
         if out.dtype != x.dtype or out.device != x.device:
             raise ValueError(f"silu_and_mul: out and x must have one dtype, got out {describe(out)} and x "
                              f"{describe(x)}")
+        a.no_overlap("silu_and_mul", {"out": out}, {"x": x})
     return inner
+
+
+def check(x: torch.Tensor, out: torch.Tensor | None = None) -> None:
+    """silu_and_mul's argument checks, every path's (rapid_llm.kernels.ops.arguments)."""
+    check_args(x, out)
 
 
 def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -46,3 +52,6 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     if out is None:
         return product.to(x.dtype)
     return out.copy_(product)
+
+
+silu_and_mul.check = check

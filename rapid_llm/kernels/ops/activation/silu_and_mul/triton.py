@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from rapid_llm.kernels.ops import arguments
 from rapid_llm.kernels.ops.activation.silu_and_mul.native import check_args
 from rapid_llm.kernels.registry.spec import row_stride
 
@@ -57,6 +58,7 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     checks what a wrong pointer would otherwise turn into silent corruption.
     """
     inner = check_args(x, out)
+    arguments.runs_on("silu_and_mul", "Triton", ("cuda", "cpu"), x)
     if out is None:
         out = torch.empty((*x.shape[:-1], inner), dtype=x.dtype, device=x.device)
     x_stride, out_stride = _row_stride("x", x), _row_stride("out", out)

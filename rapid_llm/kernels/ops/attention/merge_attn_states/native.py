@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.ops import arguments as a
 from rapid_llm.kernels.platform import describe, must_match
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -49,6 +50,8 @@ def check_args(op: str, output: torch.Tensor, output_lse: torch.Tensor, v_a: tor
     devices = {t.device for _, t in named}
     if len(devices) != 1:
         raise ValueError(f"{op}: all tensors must be on one device, got {', '.join(sorted(map(str, devices)))}")
+    a.no_overlap(op, {"output": output, "output_lse": output_lse},
+                 {"v_a": v_a, "lse_a": lse_a, "v_b": v_b, "lse_b": lse_b})
 
 
 def merge_weights(lse_a: torch.Tensor, lse_b: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -89,3 +92,12 @@ def merge_attn_states(output: torch.Tensor, output_lse: torch.Tensor, v_a: torch
     p_a, p_b, lse, a_empty, b_empty, nan = merge_weights(lse_a.float(), lse_b.float())
     output.copy_(merge_values(v_a.float(), v_b.float(), p_a, p_b, a_empty, b_empty, nan))
     output_lse.copy_(lse)
+
+
+def check(output: torch.Tensor, output_lse: torch.Tensor, v_a: torch.Tensor, lse_a: torch.Tensor, v_b: torch.Tensor,
+          lse_b: torch.Tensor) -> None:
+    """merge_attn_states' argument checks, every path's: output and output_lse are written."""
+    check_args("merge_attn_states", output, output_lse, v_a, lse_a, v_b, lse_b)
+
+
+merge_attn_states.check = check

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from rapid_llm.kernels.ops import arguments
 from rapid_llm.kernels.ops.attention.merge_attn_states.native import check_args
 
 #: Elements of a program's [heads, head_size] tile.
@@ -61,6 +62,7 @@ def merge_attn_states(output: torch.Tensor, output_lse: torch.Tensor, v_a: torch
     would turn into silent corruption (shapes, dtypes, devices, density)."""
     out, out_lse = output, output_lse
     check_args("merge_attn_states", out, out_lse, v_a, lse_a, v_b, lse_b)
+    arguments.runs_on("merge_attn_states", "Triton", ("cuda", "cpu"), v_a)
     for name, t in (("output", out), ("output_lse", out_lse), ("v_a", v_a), ("lse_a", lse_a), ("v_b", v_b),
                     ("lse_b", lse_b)):
         if not t.is_contiguous():

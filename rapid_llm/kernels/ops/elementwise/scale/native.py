@@ -3,9 +3,23 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.ops import arguments as a
 from rapid_llm.kernels.platform import describe
 
 _HALF = (torch.float16, torch.bfloat16)
+#: What the op declares (the floor's row); the floor refuses any other rather than compute in it.
+DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+def check(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> None:
+    """scale's argument checks, every path's (rapid_llm.kernels.ops.arguments): out may be input itself."""
+    a.tensor("scale", "input", input)
+    a.dtype_in("scale", "input", input, DTYPES)
+    a.real("scale", "factor", factor)
+    if a.optional_tensor("scale", "out", out) is not None:
+        if out.shape != input.shape or out.dtype != input.dtype or out.device != input.device:
+            raise ValueError(f"scale: shapes/dtypes differ: {describe(out)} vs {describe(input)}")  # rl::check_same's
+        a.no_overlap("scale", {"out": out}, {"input": input}, allow_same=(("out", "input"),))
 
 
 def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -16,15 +30,11 @@ def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -
     kernels round the scalar to the half type first (0.7 becomes 0.69921875 in
     bf16), so on CPU half types go through fp32 explicitly.
     """
+    check(input, factor, out)
     if out is None:
-        try:
-            if input.is_cpu and input.dtype in _HALF:  # is_cpu: no device object built per call
-                return input.float().mul_(factor).to(input.dtype)
-        except AttributeError:
-            raise TypeError(f"scale: input must be a tensor, got {type(input).__name__}") from None
+        if input.is_cpu and input.dtype in _HALF:  # is_cpu: no device object built per call
+            return input.float().mul_(factor).to(input.dtype)
         return torch.mul(input, factor)
-    if out.shape != input.shape or out.dtype != input.dtype or out.device != input.device:
-        raise ValueError(f"scale: shapes/dtypes differ: {describe(out)} vs {describe(input)}")  # rl::check_same's words
     if input.device.type == "cpu" and input.dtype in _HALF:
         return out.copy_(input.float().mul_(factor))
     return torch.mul(input, factor, out=out)
@@ -39,3 +49,4 @@ def _specialize(input: torch.Tensor, has_out: bool):
 
 
 scale.specialize = _specialize
+scale.check = check

@@ -9,7 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rapid_llm.kernels.platform import describe
+from rapid_llm.kernels.ops import arguments
+from rapid_llm.kernels.ops.elementwise.scale.native import check
 
 BLOCK = 4096
 
@@ -35,14 +36,14 @@ def scale(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -
     A Triton row has no C++ launcher, so this wrapper is its launcher: it
     checks what a wrong pointer would otherwise turn into silent corruption.
     """
+    check(input, factor, out)
+    arguments.runs_on("scale", "Triton", ("cuda", "cpu"), input)
     if input.dtype not in _DTYPES:  # else Triton fails to compile the kernel, in a screenful
         raise ValueError(f"scale: input must be bf16, fp16 or fp32, got {input.dtype}")
     if not input.is_contiguous():
         raise ValueError("scale: contiguous tensors only")
     if out is None:
         out = torch.empty_like(input)
-    elif out.shape != input.shape or out.dtype != input.dtype or out.device != input.device:
-        raise ValueError(f"scale: shapes/dtypes differ: {describe(out)} vs {describe(input)}")  # rl::check_same's words
     elif not out.is_contiguous():
         raise ValueError("scale: contiguous tensors only")
     n = input.numel()

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from rapid_llm.kernels.ops.norm.fused_add_rms_norm.native import check_residual
-from rapid_llm.kernels.ops.norm.rms_norm.native import check_weight
+from rapid_llm.kernels.ops import arguments
+from rapid_llm.kernels.ops.norm.fused_add_rms_norm.native import check
 from rapid_llm.kernels.ops.norm.rms_norm.triton import check_contiguous, check_dtype, check_rows, launch
 
 
@@ -14,8 +14,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     The numerics of native/fused_add_rms_norm. This wrapper is the row's launcher and checks shapes,
     dtypes, devices and layout before any pointer reaches the kernel.
     """
-    check_weight("fused_add_rms_norm", x, weight)
-    check_residual("fused_add_rms_norm", x, residual)
+    check(x, residual, weight, eps)
+    arguments.runs_on("fused_add_rms_norm", "Triton", ("cuda", "cpu"), x)
     check_dtype("fused_add_rms_norm", x)
     check_contiguous("fused_add_rms_norm", weight=weight)
     strides = check_rows("fused_add_rms_norm", x=x, residual=residual)  # each its own row stride, in place

@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rapid_llm.kernels.ops.norm.rms_norm.native import check_out, check_weight
+from rapid_llm.kernels.ops import arguments
+from rapid_llm.kernels.ops.norm.rms_norm.native import check
 from rapid_llm.kernels.registry.spec import row_stride
 
 #: The widest row kept whole in registers (one pass); a wider one is read twice, in CHUNK-element pieces.
@@ -123,12 +124,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
     otherwise turn into silent corruption (shapes, dtypes, devices, layout: x and out may each have a
     row stride, weight is dense).
     """
-    check_weight("rms_norm", x, weight)
+    check(x, weight, eps, out)
+    arguments.runs_on("rms_norm", "Triton", ("cuda", "cpu"), x)
     check_dtype("rms_norm", x)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    else:
-        check_out("rms_norm", out, x)
     check_contiguous("rms_norm", weight=weight)
     launch(x, None, weight, out, eps, check_rows("rms_norm", x=x, out=out))
     return out

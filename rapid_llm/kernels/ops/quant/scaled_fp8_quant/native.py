@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from rapid_llm.kernels.ops import arguments as a
 from rapid_llm.kernels.platform import describe
 
 FP8 = torch.float8_e4m3fn
@@ -47,7 +48,10 @@ def check_args(op: str, output: torch.Tensor, x: torch.Tensor, scales: torch.Ten
     if not (output.device == x.device == scales.device):
         raise ValueError(f"{op}: output, x and scales must be on one device, got {output.device}, {x.device}, "
                          f"{scales.device}")
-    return layout(op, x.shape, scales.shape)
+    geometry = layout(op, x.shape, scales.shape)
+    a.no_overlap(op, {"output": output} if static else {"output": output, "scales": scales},
+                 {"x": x, "scales": scales} if static else {"x": x})
+    return geometry
 
 
 def layout(op: str, x_shape: torch.Size, scales_shape: torch.Size) -> tuple[int, int]:
@@ -89,3 +93,11 @@ def scaled_fp8_quant(output: torch.Tensor, x: torch.Tensor, scales: torch.Tensor
         scales.copy_(scale.reshape(scales.shape))
     q = (groups / scale).clamp(-FP8_MAX, FP8_MAX)
     output.copy_(q.reshape(output.shape))
+
+
+def check(output: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, static: bool) -> None:
+    """scaled_fp8_quant's argument checks, every path's: output (and scales, unless static) are written."""
+    check_args("scaled_fp8_quant", output, x, scales, static)
+
+
+scaled_fp8_quant.check = check

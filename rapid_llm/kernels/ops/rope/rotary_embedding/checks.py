@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import torch
 
+from rapid_llm.kernels.ops import arguments as a
 from rapid_llm.kernels.platform import describe, shape_str
 
 OP = "rotary_embedding"
@@ -49,6 +50,8 @@ def check_args(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_s
         raise ValueError(f"{OP}: positions must be 1-D [T], got {shape_str(positions)}")
     if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
         raise ValueError(f"{OP}: head_size must be a positive int, got {head_size!r}")
+    if not isinstance(is_neox, bool):
+        raise ValueError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
     tokens = positions.shape[0]
     q_heads = _heads("q", q, head_size, tokens)
     k_heads = _heads("k", k, head_size, tokens)
@@ -71,6 +74,5 @@ def check_args(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_s
     if len(devices) != 1:
         raise ValueError(f"{OP}: positions, q, k and cos_sin_cache must be on one device, got "
                          f"{', '.join(sorted(str(d) for d in devices))}")
-    if not isinstance(is_neox, bool):
-        raise ValueError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
+    a.no_overlap(OP, {"q": q, "k": k}, {"positions": positions, "cos_sin_cache": cos_sin_cache})
     return RopeGeometry(tokens, q_heads, k_heads, rot_dim)

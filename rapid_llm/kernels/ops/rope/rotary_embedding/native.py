@@ -39,3 +39,13 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
         x.copy_(x_new)
         y.copy_(y_new)
     return None
+
+
+def check(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor,
+          is_neox: bool) -> None:
+    """rotary_embedding's argument checks, every path's (checks.py): q and k are written in place, so neither
+    may share memory with the other or with positions and the cache."""
+    check_args(positions, q, k, head_size, cos_sin_cache, is_neox)
+
+
+rotary_embedding.check = check

@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from rapid_llm.kernels.ops import arguments
 from rapid_llm.kernels.ops.rope.rotary_embedding.checks import check_args
 
 #: Elements of one head-block a program holds at once (x and y each): enough to keep loads in flight.
@@ -102,6 +103,7 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     every argument first. No tokens, or no heads, returns without a launch.
     """
     tokens, q_heads, k_heads, rot_dim = check_args(positions, q, k, head_size, cos_sin_cache, is_neox)
+    arguments.runs_on("rotary_embedding", "Triton", ("cuda", "cpu"), q)
     if tokens == 0 or q_heads + k_heads == 0:
         return None
     half = rot_dim // 2
