@@ -31,6 +31,7 @@ Rendering (HTML, widgets) is not here: the notebook extension attaches it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import warnings
 from dataclasses import dataclass
@@ -389,8 +390,94 @@ class _OpMethods:
     def rows(self) -> list[KernelSpec]:
         return rows_for(self.name)
 
+    def _failed(self, exc: BaseException | None, args: tuple, kwargs: dict) -> Any:
+        """Where a call failed, or its arguments are not of the kinds the op takes (``exc`` None): the op's
+        argument checks answer in its own words (what the floor called directly says), a call on meta tensors
+        gets the floor's result (shapes and dtypes), and anything else raises as it was raised."""
+        floor = _floor(self.name)
+        if floor is not None:
+            if getattr(floor, "check", None) is not None:  # a notebook's floor may have none: its rows check
+                answer_bad_call(self.name, floor, args, kwargs)
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            if tensors and all(t.is_meta for t in tensors):
+                return floor(*args, **kwargs)
+        if exc is not None:
+            raise exc
+        return _resolved_call(self.name, args, kwargs)
+
     def __repr__(self) -> str:
         return f"<rapid_llm op {self.name!r}>"
+
+
+def _floor(op: str) -> Callable[..., Any] | None:
+    """The op's native floor function, or None."""
+    row = _spec.native_row(op)
+    return None if row is None else row.load()
+
+
+def answer_bad_call(op: str, floor: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    """Raise what the floor called with these arguments raises before it computes anything: a wrong argument
+    count in Python's words for its signature, then the op's checks (``floor.check``, the declaration's one
+    set of argument checks; rapid_llm.kernels.ops.arguments). Returns where the arguments pass."""
+    try:
+        inspect.signature(floor).bind(*args, **kwargs)
+    except TypeError:
+        floor(*args, **kwargs)  # binding failed, so the call raises Python's own TypeError before its body runs
+        raise
+    check = getattr(floor, "check", None)
+    if check is not None:
+        check(*args, **kwargs)
+
+
+def _resolved_call(op: str, args: tuple, kwargs: dict) -> Any:
+    """The call through the row resolution picks (the slow path, for calls the fast one could not key)."""
+    tensors = (*args, *(v for v in kwargs.values() if isinstance(v, torch.Tensor)))
+    return _spec.get_row(resolve(op, *tensors).name).call_path()(*args, **kwargs)
+
+
+#: Python types of the argument kinds (``arg_kinds``): t tensor, f float (an int too), i int, b bool.
+_KIND_TYPES = {"t": (torch.Tensor,), "f": (float, int), "i": (int,), "b": (bool,)}
+_ANNOTATION_KINDS = {"torch.Tensor": "t", "Tensor": "t", "float": "f", "int": "i", "bool": "b"}
+
+
+def arg_kinds(op: str) -> str | None:
+    """The kinds of the floor's positional parameters, from its annotations (``"tfT"``: a tensor, a float, an
+    optional tensor; upper case optional, ``*`` any): what both call paths check before keying a call, so a
+    float where a tensor goes reaches the op's checks, not a row. None where the floor says nothing usable."""
+    floor = _floor(op)
+    if floor is None:
+        return None
+    try:
+        params = list(inspect.signature(floor).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    kinds = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return None
+        text = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+        optional = text.endswith("| None") or p.default is not p.empty
+        kind = _ANNOTATION_KINDS.get(text.removesuffix("| None").strip(), "*")
+        kinds.append(kind.upper() if optional else kind)
+    return "".join(kinds)
+
+
+def args_fit(kinds: str | None, args: tuple, kwargs: dict) -> bool:
+    """Whether positional ``args`` are of ``kinds`` (fastcall_dispatch.inc's args_fit, the same rule)."""
+    if kinds is None:
+        return True
+    if len(args) > len(kinds) or (len(args) < len(kinds) and kinds[len(args)].islower() and not kwargs):
+        return False
+    for a, k in zip(args, kinds):
+        lower = k.lower()
+        if k == "*" or (a is None and k != lower):
+            continue
+        if isinstance(a, bool) and lower != "b":
+            return False
+        if not isinstance(a, _KIND_TYPES.get(lower, object)):
+            return False
+    out = kwargs.get("out")
+    return out is None or isinstance(out, torch.Tensor)
 
 
 def _capturable(x: torch.Tensor) -> bool:
@@ -436,15 +523,24 @@ class Op(_OpMethods):
     """
 
     #: __python_implementation__: what Dynamo traces instead of a call (rapid_llm.kernels.dispatch.traced.register).
-    __slots__ = ("name", "dispatch_arg", "_cache", "form", "__python_implementation__")
+    __slots__ = ("name", "dispatch_arg", "_cache", "form", "kinds", "__python_implementation__")
 
     def __init__(self, name: str, arg: int = 0) -> None:
         self.name = name
         self.dispatch_arg = arg
         self.form: Callable[..., int] | None = None  # the call's form id (_form_id), for an op with forms
+        self.kinds: str | None = None  # the floor's argument kinds (arg_kinds), checked before keying a call
         self._cache: dict[tuple, tuple[Callable[..., Any], bool]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not args_fit(self.kinds, args, kwargs):
+            return self._failed(None, args, kwargs)
+        try:
+            return self._call(args, kwargs)
+        except Exception as exc:  # the op's checks say what was wrong, in its words (_failed)
+            return self._failed(exc, args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         try:
             x = args[self.dispatch_arg]
             contiguous = all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor))
@@ -515,6 +611,7 @@ def get_op(name: str, rule: str = "caller") -> Any:
         kind = (fast or Op) if rule == "caller" else _device_type(fast or Op)
         op = _ops[(name, rule)] = kind(name, _dispatch_arg(name))
         op.form = _form_id(name)
+        op.kinds = arg_kinds(name)
         if rule == "caller":
             traced.register(op)  # under torch.compile: torch.ops.rapid_llm.<name>
     return op
@@ -539,6 +636,7 @@ def clear_cache() -> None:
     for (name, _), op in _ops.items():
         op.clear_cache()
         op.form = _form_id(name)  # a redeclared op may have other forms
+        op.kinds = arg_kinds(name)
 
 
 _spec.on_change(clear_cache)  # the one change bus: rows, golden records, policies, measured figures
