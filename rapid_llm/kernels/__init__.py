@@ -3,7 +3,8 @@
 Everything here is lazy: importing this package imports neither triton, nor
 torch.utils.cpp_extension, nor jit.py. Names resolve on first attribute access;
 every declared op (shipped or declared in a notebook) is reachable as
-``rapid_llm.kernels.<op>``.
+``rapid_llm.kernels.<op>``, and as ``torch.ops.rapid_llm.<op>`` once ``register_torch_ops()`` (or any use of
+the registry) has run: defining the schemas here would import torch.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "resolve": ("rapid_llm.kernels.dispatch.dispatcher", "resolve"),
     "explain": ("rapid_llm.kernels.dispatch.dispatcher", "explain"),
     "get_op": ("rapid_llm.kernels.dispatch.dispatcher", "get_op"),
+    # every op as torch.ops.rapid_llm.<op>: the one call code written against torch.ops makes first
+    "register_torch_ops": ("rapid_llm.kernels.dispatch.custom_ops", "register_torch_ops"),
     # golden verification
     "verify": ("rapid_llm.kernels.verification.golden", "verify"),
     "inspect": ("rapid_llm.kernels.inspection.inspector", "inspect"),

@@ -34,6 +34,7 @@ notebook that shadows a library op with its own signature is that case;
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -46,7 +47,8 @@ from rapid_llm.kernels.registry.op_schema import OpSchema, SchemaError
 from rapid_llm.kernels.registry.out_rules import OUT_RULES, make_out
 from rapid_llm.kernels.registry.spec import RegistryError
 
-__all__ = ["NAMESPACE", "DISPATCH_KEYS", "register", "schema_for", "torch_op", "registered", "why_not"]
+__all__ = ["NAMESPACE", "DISPATCH_KEYS", "register", "register_torch_ops", "schema_for", "torch_op", "registered",
+           "why_not", "CheckedPacket"]
 
 NAMESPACE = "rapid_llm"
 #: Where the real implementation is registered: the devices rows run on (meta and fake tensors take the fake).
@@ -139,8 +141,37 @@ def _unbound(name: str, why: str) -> str:
     return why
 
 
+class CheckedPacket(torch._ops.OpOverloadPacket):
+    """``torch.ops.rapid_llm.<op>``: torch's packet, whose call runs the op's argument checks first, so a bad
+    call raises what ``K.<op>`` and the floor raise (torch's schema matching would answer a wrong argument
+    type or count in its own words, over several lines). The overloads (``.default``, ``.out``), which
+    compiled graphs call, are torch's own."""
+
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        floor = _checked_floor(self.__name__)
+        if floor is not None:
+            dispatch.answer_bad_call(self.__name__, floor, args, kwargs)
+            if "out" in kwargs or len(args) > _bindings[self.__name__].schema.n_args:
+                # out= as the floor takes it (by position too, None for none): the schema's .out overload
+                bound = inspect.signature(floor).bind(*args, **kwargs)
+                out = bound.arguments.pop("out", None)
+                args, kwargs = tuple(bound.arguments.values()), ({} if out is None else {"out": out})
+        return super().__call__(*args, **kwargs)
+
+
+def _checked_floor(name: str) -> Callable[..., Any] | None:
+    """The op's floor, whose ``check`` every path runs (None while the op is stale or has none)."""
+    binding = _bindings.get(name)
+    if binding is None or binding.stale is not None:
+        return None
+    row = _spec.native_row(name)
+    return None if row is None else row.load()
+
+
 def _bind(name: str, schema: OpSchema) -> None:
     packet = getattr(getattr(torch.ops, NAMESPACE), name)
+    if type(packet) is torch._ops.OpOverloadPacket:
+        packet.__class__ = CheckedPacket
     traced.bind(name, packet.default, packet.out if schema.has_out else None, schema.n_args)
 
 
@@ -218,6 +249,9 @@ def _fake(name: str) -> Callable[..., Any]:
 
     def fake(*args: Any, **kwargs: Any) -> Any:
         binding = _bindings[name]
+        floor = _checked_floor(name)
+        if floor is not None:  # the same answer to a bad call under torch.compile as in eager mode
+            dispatch.answer_bad_call(name, floor, args, kwargs)
         rule = binding.fake
         if rule in OUT_RULES:
             return make_out(rule, args[binding.schema.dispatch_arg], name)
@@ -246,6 +280,16 @@ def torch_op(name: str) -> Any:
     if why:
         raise RegistryError(why)
     return getattr(getattr(torch.ops, NAMESPACE), name)
+
+
+def register_torch_ops() -> list[str]:
+    """Make every declared op ``torch.ops.rapid_llm.<op>`` now; the ops registered.
+
+    ``import rapid_llm.kernels`` imports neither torch nor the op folders (deriving the shipped ops' schemas
+    costs about 0.2 s on a CPU), so code written against ``torch.ops.rapid_llm`` makes this one call first;
+    any use of the registry (``K.<op>``, ``all_ops()``) does the same."""
+    _spec.all_ops()  # discovering the shipped ops declares each, which registers it here
+    return registered()
 
 
 def registered() -> list[str]:
