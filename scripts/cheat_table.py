@@ -26,14 +26,15 @@ from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.verification.golden import verify
 
-#: (row function, its op, the check that catches it, the verdict expected, devices it runs on). A verify row whose
-#: verdict is "FAIL" is caught by the comparison itself, with no defect named beyond it.
+#: (row function, its op, the check that catches it, the verdicts expected ("a|b": either), devices it runs on). A
+#: verify row whose verdict is "FAIL" is caught by the comparison itself, with no defect named beyond it. A pointer
+#: memo is timed_output_wrong where timed calls reuse addresses (CPU), else pointer_memo (a GPU's long rotation).
 CHEATS = [
     ("scale_in_bf16", "scale", "verify", "precision_loss", ("cpu", "cuda")),
     ("scale_on_a_host_thread", "scale", "verify", "deferred_work", ("cpu", "cuda")),
     ("scale_in_a_freed_block", "scale", "verify", "unwritten", ("cpu", "cuda")),
     ("scale_hardcoded_size", "scale", "verify", "FAIL", ("cpu", "cuda")),
-    ("scale_memo_by_pointer", "scale", "bench", "timed_output_wrong", ("cpu", "cuda")),
+    ("scale_memo_by_pointer", "scale", "bench", "timed_output_wrong|pointer_memo", ("cpu", "cuda")),
     ("scale_memo_by_content", "scale", "bench", "content_memo", ("cpu", "cuda")),
     ("scale_after_warmup", "scale", "bench", "timed_output_wrong", ("cpu", "cuda")),
     ("scale_cached_reference", "scale", "bench", "timed_output_wrong", ("cpu", "cuda")),
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 if hasattr(m, "forget"):
                     m.forget()
         seconds = time.perf_counter() - started
-        missed += expected not in verdict.split(", ")
+        missed += not set(expected.split("|")) & set(verdict.split(", "))
         print(f"{fn_name:30} {how:9} {verdict:20} {seconds:8.2f}  {' '.join(message.split())[:150]}")
     return 1 if missed else 0
 
