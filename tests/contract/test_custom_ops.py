@@ -405,3 +405,19 @@ def test_triton_kernels_compile_as_inductor_compiles_them():
     out = subprocess.run([sys.executable, "-c", _AS_INDUCTOR_COMPILES], capture_output=True, text=True, timeout=300,
                          env=env)
     assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("op", sorted(spec.all_ops()))
+def test_every_floor_traces_whole_under_torch_compile(op):
+    """A row is what torch.compile traces when it calls the row itself (the GPU tests compile the Triton rows
+    so): its argument checks must not break the graph (an overlap check reads memory a traced tensor has
+    not got)."""
+    floor = next(r for r in spec.rows_for(op) if r.backend == "native")
+    decl = spec.get_decl(op)
+    args = decl.reference.make_inputs((4096,), torch.float32, "cpu", torch.Generator().manual_seed(0))
+    call = decl.reference.call or (lambda fn, *a: fn(*a))
+    fresh = lambda: [a.clone() if torch.is_tensor(a) else a for a in args]  # noqa: E731 - in-place ops write them
+    torch._dynamo.reset()
+    compiled = torch.compile(floor.load(), fullgraph=True, backend="eager")
+    torch.testing.assert_close(call(compiled, *fresh()), call(floor.load(), *fresh()), rtol=0, atol=0,
+                               equal_nan=True)
