@@ -17,6 +17,7 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch.dispatcher import explain
 from rapid_llm.kernels.registry.opdecl import CaseArgs
 from rapid_llm.kernels.registry.spec import RegistryError, get_decl, get_row, native_row, refuse, rows_for
+from rapid_llm.kernels.verification.remembered import remember_refusal
 from rapid_llm.kernels.toolchain.digests import code_digest
 
 __all__ = ["OpMeasurement", "bench_op", "floor_call", "eligible_rows", "stored_figures", "make_args", "write_results"]
@@ -115,7 +116,11 @@ def bench_op(op: str, sizes: Iterable[int], dtypes: Sequence[str] | None = None,
                                    **case.kwargs)
                 except BenchRefused as exc:
                     if not get_row(row).is_native:  # the floor is the reference: nothing to fall back to
-                        refuse(row, f"bench ({dtype}, numel={numel}): {exc.kind}: {exc.detail}")
+                        why = f"bench ({dtype}, numel={numel}): {exc.kind}: {exc.detail}"
+                        refused = refuse(row, why)
+                        digest = getattr(refused.target, "digest", None)  # a cell's build: kept across kernels
+                        if digest:
+                            remember_refusal(digest, refused.op, why)
                     raise
                 host = _host_us(fn, case, result)
                 replayed = None if graph else _graph_us(get_row(row), fn, case, result, device, warmup, repeats)

@@ -150,7 +150,12 @@ def register_cell_row(name: str, op: str, *, target: Callable[..., Any], availab
                       devices=("cuda",), golden=golden, graph_safe=graph_safe, description=description)
     _spec.register(spec, replace=True)
     _digests[row] = digest
-    if not kept:
+    from rapid_llm.kernels.verification.remembered import recall_refusal
+
+    refused = recall_refusal(digest, op)  # a check refused this very build in an earlier kernel
+    if refused and not spec.golden.refused:
+        spec, kept = _spec.refuse(row, refused), False
+    if not kept and not spec.golden.refused:
         _prewarm_verify()
     return spec, kept
 

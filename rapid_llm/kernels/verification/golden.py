@@ -349,9 +349,9 @@ def verify(row_name: str, *, tolerance: float | Mapping[str, float] | None = Non
 def _finish(row: KernelSpec, report: GoldenReport, record: bool) -> GoldenReport:
     """Record the verdict (with ``record``) and return the report."""
     if record:
-        _spec.update_golden(row.name, report.record)
+        updated = _spec.update_golden(row.name, report.record)
         digest = getattr(row.target, "digest", None)  # a %%cuda_jit row: remembered across kernel restarts
-        if report.passed and digest:
+        if report.passed and digest and not updated.golden.refused:  # a refused build stays refused
             from rapid_llm.kernels.verification.remembered import remember_verification
 
             remember_verification(digest, report.record, row.op)

@@ -18,7 +18,7 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry.spec import GoldenRecord
 from rapid_llm.kernels.toolchain.cache_safety import trusted
 
-__all__ = ["remember_verification", "recall_verification", "declaration_key"]
+__all__ = ["remember_verification", "recall_verification", "declaration_key", "remember_refusal", "recall_refusal"]
 
 
 def _verification_path(digest: str) -> Path:
@@ -52,16 +52,38 @@ def remember_verification(digest: str, golden: GoldenRecord, op: str) -> None:
                           json.dumps({"digest": digest, "op": op, "declaration": declaration, **golden.to_json()}))
 
 
-def recall_verification(digest: str, op: str) -> GoldenRecord | None:
-    """The passing verification remembered for a source with this digest, judged against ``op``'s declaration
-    as it is now; else None."""
+def remember_refusal(digest: str, op: str, why: str) -> None:
+    """Keep that a check refused this build (in place of any passing verdict of it): a new kernel re-running the
+    same cell gets the row refused, not verified, until the source changes."""
+    declaration = declaration_key(op)
+    platform.write_atomic(_verification_path(digest),
+                          json.dumps({"digest": digest, "op": op, "declaration": declaration, "refused": why}))
+
+
+def recall_refusal(digest: str, op: str) -> str | None:
+    """Why a check refused the build with this digest (remember_refusal), or None."""
+    data = _read(digest)
+    return data.get("refused") if data is not None and data.get("op") == op else None
+
+
+def _read(digest: str) -> dict | None:
     path = _verification_path(digest)
     if not trusted(path):
         return None
     try:
         data = json.loads(path.read_text())
-        if data.get("digest") != digest or data.get("op") != op or data.get("declaration") != declaration_key(op):
-            return None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("digest") == digest else None
+
+
+def recall_verification(digest: str, op: str) -> GoldenRecord | None:
+    """The passing verification remembered for a source with this digest, judged against ``op``'s declaration
+    as it is now; else None (a refused build is never recalled as verified)."""
+    data = _read(digest)
+    if data is None or data.get("refused") or data.get("op") != op or data.get("declaration") != declaration_key(op):
+        return None
+    try:
         return dataclasses.replace(GoldenRecord.from_json(data), verified=True)  # only passes are remembered
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None

@@ -189,3 +189,24 @@ def test_a_cell_saved_over_during_its_build_is_built_as_written_and_says_so(shel
             "built this cell's content, kept at ") in out
     kept = magics.builds["scale_vec"].compiled_source
     assert kept.read_text() == scale_vec_cell(1) and spec.get_row("jit/scale_vec").target.built_from == kept
+
+
+def test_a_build_bench_refused_stays_refused_in_the_next_kernel(shell, gcc, capsys):
+    """A refusal is kept by the build's digest: a new kernel re-running the same cell gets the row refused (not
+    recalled as verified), and an edited cell starts clean."""
+    from rapid_llm.kernels.verification import remembered
+    from rapid_llm.notebook import cell_rows
+
+    shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(1))
+    digest = spec.get_row("jit/scale_vec").target.digest
+    remembered.remember_verification(digest, spec.GoldenRecord(verified=True, baseline="native/scale"), "scale")
+    why = "bench (fp32, numel=4097): timed_output_wrong: 3 of 29 checked calls wrong"
+    spec.refuse("jit/scale_vec", why)
+    remembered.remember_refusal(digest, "scale", why)  # what bench_op does when its bench refuses the row
+    cell_rows._digests.clear()  # a kernel restart
+    spec.unregister("jit/scale_vec")
+    shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(1))
+    row = spec.get_row("jit/scale_vec")
+    assert not row.golden.verified and row.golden.refused == why
+    shell.run_cell_magic("cuda_jit", LINE, scale_vec_cell(2))
+    assert spec.get_row("jit/scale_vec").golden.refused is None

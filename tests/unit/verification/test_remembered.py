@@ -41,3 +41,11 @@ def test_a_verdict_judged_against_a_shadow_is_not_recalled_once_the_library_op_i
 
 def test_an_unknown_digest_is_not_recalled():
     assert remembered.recall_verification("0" * 64, "scale") is None
+
+
+def test_a_refused_build_is_remembered_refused_and_never_recalled_verified():
+    remembered.remember_verification(DIGEST, PASSED, "scale")
+    remembered.remember_refusal(DIGEST, "scale", "bench (fp32, numel=4097): timed_output_wrong: skipped calls")
+    assert remembered.recall_verification(DIGEST, "scale") is None
+    assert remembered.recall_refusal(DIGEST, "scale").startswith("bench (fp32, numel=4097): timed_output_wrong")
+    assert remembered.recall_refusal(DIGEST, "rms_norm") is None
