@@ -105,3 +105,14 @@ def call_impl(request, monkeypatch):
         pytest.skip(f"the compiled dispatcher does not build here: {dispatch.portable_reason}")
     monkeypatch.setattr(dispatch, "_ops", {})
     return request.param
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The bad-input fuzz's summary line (tests/contract/test_bad_input.py) in the summary of any run that includes
+    it. It lives here, not beside the test: under xdist only the conftests of the command line's folders reach the
+    controller that writes the summary (a test's recorded properties travel to it with the test's report)."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "bad_input_fuzz" and getattr(report, "when", "call") == "call":
+                    terminalreporter.write_line(value)
