@@ -105,6 +105,14 @@ class RowVerdict:
         return "-" if self.measured_us is None else f"{self.measured_us:.2f} us"
 
 
+def _unverified_reason(golden: Any) -> str:
+    """Why an unverified row is filtered: never verified, or a verify that failed (its record kept the diff)."""
+    if golden.max_abs_diff is not None and golden.baseline:
+        return (f"golden unverified: its last verify failed against {golden.baseline} (max |diff| "
+                f"{golden.max_abs_diff:g}); a build that passes verify makes it eligible")
+    return "golden unverified (verify it to make it eligible)"
+
+
 def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
     """None when the row may run in ``ctx``; otherwise the exact reason it may not."""
     if not row.is_native:
@@ -125,7 +133,7 @@ def _filter_reason(row: KernelSpec, ctx: Context) -> str | None:
     if row.is_native:
         return None
     if not row.golden.verified:
-        return "golden unverified (verify it to make it eligible)"
+        return _unverified_reason(row.golden)
     if ctx.capturing and not row.graph_safe:
         return "not graph safe (a CUDA graph is being captured)"
     if row.min_sm is not None and ctx.device.type == "cuda":

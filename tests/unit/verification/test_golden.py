@@ -58,7 +58,14 @@ def test_wrong_rows_fail_every_dtype(wrong):
     assert not report.passed
     assert all(not r.passed and r.n_bad > 0 for r in report.results)
     assert spec.get_row(name).golden.verified is False
-    assert "golden unverified" in explain("scale", dtype="fp32", device="cpu", numel=4097).verdict(name).reason
+    reason = explain("scale", dtype="fp32", device="cpu", numel=4097).verdict(name).reason
+    assert reason.startswith("golden unverified: its last verify failed against native/scale (max |diff| ")
+
+
+def test_a_row_never_verified_is_told_apart_from_one_that_failed():
+    name = _add_row("external/not_yet", correct)
+    reason = explain("scale", dtype="fp32", device="cpu", numel=4097).verdict(name).reason
+    assert reason == "golden unverified (verify it to make it eligible)"
 
 
 def test_untouched_out_is_reported_as_never_written():
