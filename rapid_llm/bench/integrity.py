@@ -96,6 +96,27 @@ class BenchRefused(RuntimeError):
         super().__init__(f"bench refused {label or 'the call'}: {kind}: {detail} ({REFUSALS[kind]})")
 
 
+#: On a CPU, drawing a factor per element of a large table (rope's cos/sin cache: 4M elements) cost more than
+#: the call it refreshed: there, factors are drawn fresh for a block of this many elements and laid over the
+#: tensor from a random offset (content still new on every call, in every element).
+CPU_FACTOR_BLOCK = 1 << 16
+
+
+def _factors(p: torch.Tensor, law: str, gen: torch.Generator) -> torch.Tensor:
+    """Random factors of ``law`` shaped like ``p``, fp32, on its device (see :data:`CPU_FACTOR_BLOCK`)."""
+    n = p.numel()
+    block = CPU_FACTOR_BLOCK if p.device.type == "cpu" and n > 2 * CPU_FACTOR_BLOCK else n
+    factor = torch.empty(block, dtype=torch.float32, device=p.device)
+    if law == "wide":
+        factor.uniform_(-4.0, 4.0, generator=gen).exp2_()
+    else:
+        factor.uniform_(0.5, 1.5, generator=gen)
+    if block == n:
+        return factor.view(p.shape)
+    offset = int(torch.randint(block, (1,), generator=gen))
+    return factor.repeat(-(-(n + offset) // block))[offset:offset + n].view(p.shape)
+
+
 def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     seen: dict[int, torch.Tensor] = {}
     for a in (*args, *kwargs.values()):
@@ -201,12 +222,11 @@ class Guard:
     def _refresh(self, args: tuple, kwargs: dict, law: str = "spread") -> None:
         """New content in a set: the pristine tensors times a fresh random factor per element, of ``law``."""
         for t, p in zip(_refreshable(args, kwargs), self.pristine):
-            factor = torch.empty(p.shape, dtype=torch.float32, device=p.device)
-            if law == "wide":
-                factor.uniform_(-4.0, 4.0, generator=self.gen).exp2_()
+            factor = _factors(p, law, self.gen)
+            if t.dtype == torch.float32 and p.dtype == torch.float32:
+                torch.mul(p, factor, out=t)
             else:
-                factor.uniform_(0.5, 1.5, generator=self.gen)
-            t.copy_(p.float() * factor)
+                t.copy_(p.float() * factor)
 
     def _prepare(self, position: int) -> None:
         if position >= self.total:
