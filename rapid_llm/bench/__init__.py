@@ -5,7 +5,8 @@ resets mutated inputs outside the timed region, ``bench_host`` measures the
 host-side cost per call, ``copy_roofline`` is the bandwidth the rest is
 compared with, and ``bench_op`` times every eligible row of an op and records
 the medians that dispatch ranks rows by (through rapid_llm.kernels.dispatch.measurements), and ``compare``
-puts two rows of one op side by side: verified, timed interleaved with a confidence interval, and explained.
+puts two rows of one op side by side: verified, timed interleaved with a confidence interval, and explained;
+``sweep`` times rows x sizes x dtypes on every GPU (kind) an executor reaches, into the figures files (bench.sweeps).
 Names load on first use, so importing this package costs nothing.
 """
 from __future__ import annotations
@@ -26,6 +27,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Comparison": ("rapid_llm.bench.compare", "Comparison"),
     "saved_builds": ("rapid_llm.bench.row_versions", "saved_builds"),
     "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
+    "sweep": ("rapid_llm.bench.sweeps.run", "sweep"),
+    "SweepResult": ("rapid_llm.bench.sweeps.records", "SweepResult"),
 }
 
 __all__ = sorted(_EXPORTS)
