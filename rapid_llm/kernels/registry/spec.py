@@ -231,6 +231,9 @@ class KernelSpec:
     min_sm: int | None = None
     description: str = ""
     layouts: tuple[str, ...] | None = None
+    #: a Python (Triton) row's search space: names -> values of its launcher's keyword arguments
+    #: (rapid_llm.kernels.registry.tune_space); a JIT row declares its space in its source instead
+    tune_space: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" not in self.name:
@@ -291,8 +294,14 @@ class KernelSpec:
         return layout in self.layouts or (layout == "rows" and "strided" in self.layouts)
 
     def load(self) -> Callable[..., Any]:
-        """Import and return the row's function (imports happen here, never at registration)."""
-        return resolve_ref(self.target)
+        """Import and return the row's function (imports happen here, never at registration); a tunable Python
+        row's with the config pinned for this GPU kind bound (rapid_llm.kernels.registry.pins)."""
+        fn = resolve_ref(self.target)
+        if self.tune_space is None:
+            return fn
+        from rapid_llm.kernels.registry import pins
+
+        return pins.with_pinned_config(self, fn)
 
     def call_path(self) -> Callable[..., Any]:
         """What a call of this row runs: :meth:`load`, or the target's ``bound()`` call path where it has one

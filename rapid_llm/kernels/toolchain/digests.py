@@ -8,18 +8,17 @@ notebook has no file to name: None, and its figures are taken as they are.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 from pathlib import Path
 
 from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.toolchain.cache import local_sources
-from rapid_llm.kernels.toolchain.jit_row import JitRow, source_digest
+from rapid_llm.kernels.toolchain.jit_row import JitRow, files_digest, source_digest
 
 __all__ = ["code_digest", "code_files", "module_file"]
 
-#: (paths, their stat stamps, flags) -> digest: a row's digest is read on every resolution, hashed once per edit.
+#: (paths, their stat stamps) -> digest: a Python row's digest is read on every resolution, hashed once per edit.
 _memo: dict[tuple, str] = {}
 
 
@@ -35,20 +34,21 @@ def code_files(row: KernelSpec) -> list[Path]:
 
 
 def code_digest(row: KernelSpec) -> str | None:
-    """The sha256 of the row's code (see the module's docstring), or None where it has no files."""
+    """The sha256 of the row's code (see the module's docstring), or None where it has no files. A tunable JIT
+    row's code is the variant it builds: its pinned config's defines are among its flags."""
+    target = row.target
+    if isinstance(target, JitRow):
+        return files_digest(target.source, target.flags)
     files = code_files(row)
     if not files:
         return None
-    flags = tuple(row.target.flags) if isinstance(row.target, JitRow) else ()
     try:
-        stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files) + (flags,)
+        stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
     except OSError:
         return None
     digest = _memo.get(stamp)
     if digest is None:
-        first, *headers = (p.read_text(errors="replace") for p in files)
-        text = source_digest(first, flags)  # the source's own digest: the row line left out
-        digest = hashlib.sha256("\0".join((text, *headers)).encode()).hexdigest() if headers else text
+        digest = source_digest(files[0].read_text(errors="replace"))
         _memo[stamp] = digest
     return digest
 

@@ -100,6 +100,7 @@ def recipe(row: Any) -> dict[str, Any] | None:
     if isinstance(target, JitRow):
         job = {"kind": "jit", "name": row.name, "op": row.op, "source": str(target.source),
                "build_from": str(target.built_from or target.source), "fn": target.fn,
+               "flags": list(target.base_flags), "config": target.config or {},
                "out": target.out, "dtypes": list(row.dtypes), "layouts": list(row.layouts),
                "baseline": row.golden.baseline}
     elif isinstance(target, str) and (row.available is None or isinstance(row.available, str)):

@@ -37,8 +37,11 @@ def register(job: dict[str, Any]) -> str:
         load_declaration(job["op"], job["declaration"])
     golden = GoldenRecord(verified=False, baseline=job.get("baseline"))
     if job["kind"] == "jit":
-        flags = ("-O3", "-lineinfo") if job.get("lineinfo") else ("-O3",)
-        target = JitRow(job.get("build_from", job["source"]), job["fn"], out=job["out"], flags=flags)
+        flags = tuple(job.get("flags", ("-O3",)))  # the row's own: a build with other flags is other code
+        if job.get("lineinfo") and "-lineinfo" not in flags:
+            flags += ("-lineinfo",)
+        target = JitRow(job.get("build_from", job["source"]), job["fn"], out=job["out"], flags=flags,
+                        config=job.get("config", {}))
         row = KernelSpec(name=job["name"], op=job["op"], backend="jit", target=target,
                          available="rapid_llm.kernels.toolchain.jit:available", dtypes=tuple(job["dtypes"]),
                          devices=("cuda",), golden=golden, layouts=tuple(job["layouts"]))

@@ -8,6 +8,10 @@ _DTYPES = ("bf16", "fp16", "fp32")
 _TRITON_PER_DTYPE = (("bf16", 0.03125), ("fp16", 0.00390625), ("fp32", 1.9073486328125e-06))
 
 
+#: The Triton rms_norm row's declared variants, what tune searches (rapid_llm.bench.tune).
+RMS_NORM_TRITON_SPACE = {"num_warps": [1, 2, 4, 8, 16]}
+
+
 def rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
     return [
         KernelSpec(
@@ -31,5 +35,6 @@ def rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
             graph_safe=True,
             layouts=("contiguous", "rows"),  # each tensor's own row stride: x[:, :H] of a [T, 2H] buffer, no copy
             description=triton_doc,
+            tune_space=RMS_NORM_TRITON_SPACE if op == "rms_norm" else None,
         ),
     ]

@@ -101,24 +101,29 @@ def check_contiguous(op: str, **tensors: torch.Tensor) -> None:
 
 
 def launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, out: torch.Tensor,
-           eps: float, strides: dict[str, int]) -> None:
+           eps: float, strides: dict[str, int], num_warps: int | None = None) -> None:
     """One program per row of x viewed as [tokens, hidden], each tensor at its row stride (``strides``, from
-    check_rows: x, out and residual where given); nothing is launched for an empty x."""
+    check_rows: x, out and residual where given); nothing is launched for an empty x. ``num_warps`` None: the
+    rule below."""
     hidden = x.shape[-1]
     if x.numel() == 0:
         return
     one_pass = hidden <= MAX_ONE_PASS
     block = triton.next_power_of_2(hidden) if one_pass else CHUNK
     # About 16 elements per thread: 8 warps for a 4096-wide row, up to 16 for the widest.
-    warps = max(1, min(16, block // 512))
+    warps = max(1, min(16, block // 512)) if num_warps is None else num_warps
     _rms_norm_kernel[(x.numel() // hidden,)](
         x, x if residual is None else residual, weight, out, strides["x"], strides.get("residual", 0),
         strides["out"], hidden, float(eps),
         BLOCK=block, ONE_PASS=one_pass, ADD_RESIDUAL=residual is not None, num_warps=warps)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None, *,
+             num_warps: int | None = None) -> torch.Tensor:
     """out = x / sqrt(mean(x^2) + eps) * weight over the last dim; the numerics of native/rms_norm.
+
+    ``num_warps`` is the row's declared search space (norm_rows: ``tune_space``): None keeps the rule in
+    :func:`launch`; ``tune("triton/rms_norm")`` pins the fastest for a GPU kind.
 
     This wrapper is the row's launcher: it checks what a wrong pointer would
     otherwise turn into silent corruption (shapes, dtypes, devices, layout: x and out may each have a
@@ -130,5 +135,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     check_contiguous("rms_norm", weight=weight)
-    launch(x, None, weight, out, eps, check_rows("rms_norm", x=x, out=out))
+    launch(x, None, weight, out, eps, check_rows("rms_norm", x=x, out=out), num_warps)
     return out

@@ -1,0 +1,351 @@
+"""Verified autotune of a row: compile every candidate of its search space, verify each, time the ones that
+pass with the harness's checks, and pin the winner for this GPU kind.
+
+Autotuners elsewhere time whatever compiles and keep the fastest figure, so a candidate that is wrong at
+one shape, or fast because it skipped work, can win, and the winner changes with timing noise from rank to
+rank. Here a candidate is timed only after it passed the same verify as any row (the float64 oracle, the
+defect checks; JIT code in the warm child process, so a crash costs the candidate, not the notebook), and
+timed only by ``bench`` with its integrity checks (fresh content, checked calls, the timer guarded): a
+candidate that fails either is never timed further and never pinned. The winner is pinned per (GPU kind,
+source digest) in a table every process reads (rapid_llm.kernels.registry.pins), so every rank runs the
+same config, and dispatch and explain name it.
+
+The space comes from the row: a CUDA source's ``// rapid_llm tune:`` line (rapid_llm.kernels.toolchain.
+tune_space), or a Triton row's ``tune_space`` (the launcher's keyword arguments).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rapid_llm.bench.harness import BenchRefused, bench
+from rapid_llm.bench.ops import floor_call, make_args
+from rapid_llm.kernels import platform
+from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.opdecl import get_decl
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError, resolve_ref
+from rapid_llm.kernels.registry import pins
+from rapid_llm.kernels.toolchain.jit_row import JitRow
+from rapid_llm.kernels.registry.tune_space import SearchSpace, config_flags, config_label
+
+__all__ = ["tune", "TuneResult", "Candidate", "TuneError", "DEFAULT_TOKENS"]
+
+#: The token counts a candidate is timed at (the op's bench case, ``token_numel`` elements a token): decode,
+#: a batch of decodes, a chunk of prefill, a long prefill. The score is the geometric mean over them.
+DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
+#: What verify checks a candidate at: a one-element call, a tail past every vector width, a few rows of the
+#: bench hidden size; the op's edge cases (odd shapes, strides, special values) run at every size anyway.
+VERIFY_SIZES = (1, 4097, 1 << 16)
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+class TuneError(ValueError):
+    """A row that cannot be tuned here: names the row and why."""
+
+
+@dataclass
+class Candidate:
+    """One config of the space and what became of it."""
+
+    index: int
+    config: dict[str, Any]
+    state: str = "pending"  # pending | build_failed | verify_failed | refused | timed
+    why: str = ""
+    build_s: float | None = None
+    verify_s: float | None = None
+    times_us: dict[int, float] = field(default_factory=dict)  # tokens -> median us
+
+    @property
+    def label(self) -> str:
+        return config_label(self.config)
+
+    @property
+    def score_us(self) -> float | None:
+        """The geometric mean of its medians over the tuned token counts (None until timed)."""
+        if self.state != "timed" or not self.times_us:
+            return None
+        return math.exp(sum(math.log(t) for t in self.times_us.values()) / len(self.times_us))
+
+
+@dataclass
+class TuneResult:
+    """Every candidate, the winner and its pin, the untuned row's figures, and where the seconds went."""
+
+    row: str
+    op: str
+    device: str
+    dtype: str
+    tokens: tuple[int, ...]
+    space: SearchSpace
+    candidates: list[Candidate]
+    untuned: Candidate
+    winner: Candidate | None
+    pin: pins.Pin | None
+    seconds: dict[str, float]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.candidates:
+            out[c.state] = out.get(c.state, 0) + 1
+        return out
+
+    @property
+    def speedup(self) -> float | None:
+        """The untuned row's score over the winner's (>1: the tuned config is faster)."""
+        if self.winner is None or self.untuned.score_us is None or self.winner.score_us is None:
+            return None
+        return self.untuned.score_us / self.winner.score_us
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts().items()))
+        secs = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
+        lines = [f"tune {self.row} on {self.device} ({self.dtype}, T = {', '.join(map(str, self.tokens))}): "
+                 f"{len(self.candidates)} candidates: {counts}; {secs}"]
+        if self.winner is None:
+            lines.append("no candidate passed: nothing pinned")
+        else:
+            speed = f", {self.speedup:.3f}x the untuned row" if self.speedup else ""
+            lines.append(f"winner #{self.winner.index} {self.winner.label}: {self.winner.score_us:.2f} us geomean"
+                         f" (untuned {_us(self.untuned.score_us)}{speed})")
+            if self.pin is not None:
+                kept = "" if self.pin.config == self.winner.config else " (an earlier pin of this code holds)"
+                lines.append(f"pinned: {self.pin.describe()}{kept}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def table(self, top: int | None = None) -> list[dict[str, Any]]:
+        """One dict per candidate, fastest timed first, then the rest by state."""
+        order = sorted(self.candidates, key=lambda c: (c.score_us is None, c.score_us or 0.0, c.index))
+        rows = [{"#": c.index, "config": c.label, "state": c.state, "geomean_us": c.score_us,
+                 **{f"T={t}": c.times_us.get(t) for t in self.tokens}, "build_s": c.build_s, "why": c.why}
+                for c in order]
+        return rows[:top] if top else rows
+
+    def plot(self, ax: Any = None) -> Any:
+        """Every timed candidate's geomean against its index in the space (the winner and the untuned row
+        marked), the failed ones as crosses on the axis: the shape of the space at a glance."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 3.2))
+        timed = [c for c in self.candidates if c.score_us is not None]
+        failed = [c for c in self.candidates if c.state not in ("timed", "pending")]
+        ax.scatter([c.index for c in timed], [c.score_us for c in timed], s=14, label="timed (verified)")
+        if failed:
+            low = min((c.score_us for c in timed), default=1.0)
+            ax.scatter([c.index for c in failed], [low * 0.97] * len(failed), marker="x", color="tab:red",
+                       label="build/verify failed or refused")
+        if self.untuned.score_us is not None:
+            ax.axhline(self.untuned.score_us, color="gray", ls="--", lw=1, label="untuned row")
+        if self.winner is not None:
+            ax.scatter([self.winner.index], [self.winner.score_us], s=60, color="tab:green", zorder=3,
+                       label=f"winner {self.winner.label}")
+        ax.set_xlabel("candidate (index in the space)")
+        ax.set_ylabel(f"geomean us over T={','.join(map(str, self.tokens))}")
+        ax.set_title(f"tune {self.row} on {self.device} ({self.dtype})")
+        ax.legend(fontsize=7)
+        return ax.figure
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f} us"
+
+
+def _target_space(row: KernelSpec) -> SearchSpace:
+    target = row.target
+    if isinstance(target, JitRow):
+        space = target.space()
+        if space is None:
+            raise TuneError(f"tune({row.name!r}): its source declares no search space; add a line "
+                            '// rapid_llm tune: {"NAME": [values, ...]} and read NAME as a macro with a default')
+        return space
+    space = getattr(row, "tune_space", None)
+    if space is None:
+        raise TuneError(f"tune({row.name!r}): only a JIT row whose source declares a search space, or a row "
+                        "registered with tune_space=, can be tuned")
+    return space if isinstance(space, SearchSpace) else SearchSpace.from_dict(space, f"row {row.name}")
+
+
+def _candidate_row(row: KernelSpec, index: int, config: dict[str, Any]) -> KernelSpec:
+    """The candidate as a row of its own (verify and bench take rows): the row with the config fixed."""
+    if isinstance(row.target, JitRow):
+        t = row.target
+        target: Any = JitRow(t.source, t.fn, out=t.out, flags=t.base_flags, config=config)
+    else:
+        base = resolve_ref(row.target)  # the launcher itself, not the pinned config's partial
+
+        def target(*args: Any, **kwargs: Any) -> Any:
+            return base(*args, **kwargs, **config)
+
+    return dataclasses.replace(row, name=f"{row.name}@{index}", target=target, tune_space=None,
+                               golden=GoldenRecord(verified=False, baseline=row.golden.baseline),
+                               description=f"tune candidate {config_label(config)} of {row.name}")
+
+
+def _build(c: Candidate, row: KernelSpec) -> None:
+    """Compile the candidate (a JIT row; a Triton row compiles on its first call, in verify)."""
+    if not isinstance(row.target, JitRow):
+        return
+    from rapid_llm.kernels.toolchain import jit
+
+    started = time.perf_counter()
+    t = row.target
+    try:
+        jit.build_jit(t.source.stem, t.source, extra_cuda_cflags=t.base_flags + config_flags(c.config))
+    except jit.BuildError as exc:
+        c.state, c.why = "build_failed", _first_error(exc.log)
+    except ImportError as exc:
+        c.state, c.why = "build_failed", f"the built module did not load: {exc}"
+    c.build_s = time.perf_counter() - started
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:200]
+    return (log.strip().splitlines() or ["the compiler failed"])[-1][:200]
+
+
+def _verify(c: Candidate, cand: KernelSpec, dtypes: Sequence[str], device: torch.device) -> None:
+    from rapid_llm.kernels.verification.golden import verify
+
+    started = time.perf_counter()
+    report = verify(cand.name, dtypes=dtypes, sizes=VERIFY_SIZES, device=device, record=True)
+    c.verify_s = time.perf_counter() - started
+    if not report.passed:
+        bad = next((r for r in report.results if not r.passed), None)
+        c.state = "verify_failed"
+        reasons = bad.failure_reasons() if bad is not None else []
+        c.why = (f"{bad.dtype}: {'; '.join(reasons)}" if bad is not None and reasons
+                 else "; ".join(report.notes) or "verify failed")[:300]
+
+
+def _time(c: Candidate, cand: KernelSpec, op: str, dtype: str, tokens: Sequence[int], device: torch.device,
+          token_numel: int) -> None:
+    fn = _spec.get_row(cand.name).call_path()
+    tdtype = platform.torch_dtype(dtype)
+    for t in tokens:
+        case = make_args(op, t * token_numel, tdtype, device)
+        try:
+            r = bench(fn, *case.args, bytes_moved=case.bytes_moved, flops=case.flops, label=cand.name,
+                      reference=floor_call(op), **case.kwargs)
+        except BenchRefused as exc:
+            c.state, c.why, c.times_us = "refused", f"T={t}: {exc.kind}: {exc.detail}"[:300], {}
+            return
+        c.times_us[t] = r.median_us
+    c.state = "timed"
+
+
+def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16", device: Any = None,
+         verify_dtypes: Sequence[str] | None = None, workers: int | None = None, replace: bool = False,
+         limit: int | None = None, progress: Progress | None = None) -> TuneResult:
+    """Tune ``row`` over its declared search space on this device; pin the winner for this GPU kind.
+
+    ``tokens`` are token counts of the op's bench case (element counts for an op that declares no
+    ``token_numel``). Every candidate is compiled (``workers`` threads, default one per CPU core), verified in every dtype
+    of the row (``verify_dtypes`` to narrow it), and, if it passed, timed at ``tokens`` (the op's bench
+    case) in ``dtype``; the fastest geometric mean wins. The untuned row (the source's defaults) is timed
+    beside them. The pin is written for (GPU kind, the code's digest); an earlier pin of the same code
+    holds unless ``replace`` (so ranks that tune at once agree). ``limit`` takes the first candidates only.
+    """
+    spec = _spec.get_row(row)
+    space = _target_space(spec)
+    decl = get_decl(spec.op)
+    per_token = decl.token_numel or 1  # an op without a token shape (elementwise) is tuned at element counts
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type not in spec.devices:
+        raise TuneError(f"tune({row!r}): the row runs on {', '.join(spec.devices)}, not {device.type}")
+    if dtype not in spec.dtypes:
+        raise TuneError(f"tune({row!r}): dtype {dtype!r} is not among its dtypes ({', '.join(spec.dtypes)})")
+    tokens = tuple(int(t) for t in tokens)
+    if not tokens or min(tokens) < 1:
+        raise TuneError(f"tune({row!r}): tokens must be positive token counts, got {tokens!r}")
+    configs = list(space.configs())
+    if limit is not None:
+        configs = configs[:limit]
+    if not configs:
+        raise TuneError(f"tune({row!r}): no candidate meets the space's 'where' ({space.where})")
+    say = progress or (lambda stage, done, total: None)
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+    candidates = [Candidate(i, c) for i, c in enumerate(configs)]
+    untuned = Candidate(-1, {})
+
+    t0 = time.perf_counter()
+    done = 0
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        for _ in pool.map(lambda c: _build(c, spec), candidates):
+            done += 1
+            say("compile", done, len(candidates))
+    seconds["compile"] = time.perf_counter() - t0
+
+    dtypes = tuple(verify_dtypes) if verify_dtypes is not None else spec.dtypes
+    registered: list[str] = []
+    try:
+        t0 = time.perf_counter()
+        pool_rows = {}
+        for c in candidates:
+            if c.state == "pending":
+                cand = _spec.register(_candidate_row(spec, c.index, c.config), replace=True)
+                registered.append(cand.name)
+                pool_rows[c.index] = cand
+                _verify(c, cand, dtypes, device)
+            say("verify", c.index + 1, len(candidates))
+        seconds["verify"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        base = _spec.register(_candidate_row(spec, -1, {}) if isinstance(spec.target, JitRow)
+                              else dataclasses.replace(spec, name=f"{spec.name}@untuned", tune_space=None),
+                              replace=True)
+        registered.append(base.name)
+        _time(untuned, base, spec.op, dtype, tokens, device, per_token)
+        for n, c in enumerate(candidates):
+            if c.state == "pending":
+                _time(c, pool_rows[c.index], spec.op, dtype, tokens, device, per_token)
+            say("time", n + 1, len(candidates))
+        seconds["time"] = time.perf_counter() - t0
+    finally:
+        for name in registered:
+            try:
+                _spec.unregister(name)
+            except RegistryError:
+                pass
+    timed = [c for c in candidates if c.score_us is not None]
+    winner = min(timed, key=lambda c: (c.score_us, c.index)) if timed else None
+    held = None
+    gpu = platform.device_label(device)
+    if winner is not None:
+        held = _pin(spec, winner, untuned, gpu, dtype, tokens, len(candidates), replace)
+    seconds["total"] = time.perf_counter() - started
+    return TuneResult(row, spec.op, gpu, dtype, tokens, space, candidates, untuned, winner, held, seconds)
+
+
+def _pin(spec: KernelSpec, winner: Candidate, untuned: Candidate, gpu: str, dtype: str, tokens: Sequence[int],
+         n: int, replace: bool) -> pins.Pin | None:
+    """Pin the winner in the row's table (pins.table_path) and let dispatch see the row's new code; None where
+    the row's code cannot be read to key a pin by (a function whose source is gone)."""
+    target = spec.target
+    if isinstance(target, JitRow):
+        source, digest = target.source, target.untuned_digest()
+    else:
+        where = pins.python_digest(target, resolve_ref(target), spec.tune_space)
+        source, digest = where if where is not None else (None, None)
+    if digest is None:
+        return None
+    held = pins.pin(source, spec.op, spec.name, digest, gpu, winner.config, replace=replace,
+                    tuned_us=winner.score_us, untuned_us=untuned.score_us, dtype=dtype, tokens=list(tokens),
+                    candidates=n)
+    if isinstance(target, JitRow):
+        target.forget_build()
+    _spec.touch()
+    return held
