@@ -30,9 +30,10 @@ op whose bench case sits beside a ``BENCH_VARIANTS`` dict (other shapes, such
 as merge_attn_states at 256 tokens x 16 heads) gets a table per variant, not
 recorded.
 
-``--results`` writes each op's row figures into its folder,
-``rapid_llm/kernels/ops/<group>/<op>/figures/<gpu>.json``: committed, they are the figures dispatch ranks
-rows by on that GPU kind, each naming the digest of the code it measured.
+``--results`` then runs ``benchmarks/sweep.py --results`` for the same ops, token counts and dtype:
+the sweep (one worker per visible GPU) is the one writer of the committed figures,
+``rapid_llm/kernels/ops/<group>/<op>/figures/<gpu kind>.json``, which dispatch ranks rows by on that GPU
+kind, each naming the digest of the code it measured.
 """
 from __future__ import annotations
 
@@ -40,13 +41,14 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 import rapid_llm.kernels as K
 from rapid_llm.bench import bench, bench_host, copy_roofline
-from rapid_llm.bench.ops import bench_op, eligible_rows, make_args, write_results
+from rapid_llm.bench.ops import bench_op, eligible_rows, make_args
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 
@@ -83,8 +85,7 @@ def native_fn(op: str) -> Callable[..., Any]:
     return spec.native_row(op).load()
 
 
-def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,
-              results: bool) -> None:
+def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int) -> None:
     per_token = spec.get_decl(op).token_numel
     tdtype = platform.torch_dtype(dtype)
     compiled = torch.compile(native_fn(op))
@@ -133,9 +134,7 @@ def bench_one(op: str, tokens: Sequence[int], dtype: str, device: torch.device, 
             alone = call_latency_us(fn, case.args, kwargs)
             line += f"  {label}: {host:.2f} / {dev:.2f}, alone {alone:.2f} us;"
         print(line.rstrip(";"))
-    measured = [*measured, *bench_forms(op, tokens, dtype, device, repeats, compiled)]
-    if results:
-        print(f"wrote {write_results(op, measured, device)}")
+    bench_forms(op, tokens, dtype, device, repeats, compiled)
 
 
 def bench_forms(op: str, tokens: Sequence[int], dtype: str, device: torch.device, repeats: int,
@@ -206,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--results", action="store_true",
-                        help="write each op's row figures into its folder (ops/<group>/<op>/figures/<gpu>.json)")
+                        help="then sweep the same ops into their figures files (benchmarks/sweep.py --results)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_llm_ops: needs a CUDA device (torch.compile and the JIT rows are timed on the GPU)")
@@ -216,9 +215,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{platform.device_label(device)}, torch {torch.__version__}")
     start = time.perf_counter()
     for op in ops:
-        bench_one(op, args.tokens, args.dtype, device, args.repeats, args.results)
+        bench_one(op, args.tokens, args.dtype, device, args.repeats)
         bench_variants(op, args.tokens, args.dtype, device, args.repeats)
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    if args.results:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import sweep
+
+        print("\n== the figures: benchmarks/sweep.py --results ==")
+        return sweep.main(["--ops", *ops, "--tokens", *map(str, args.tokens), "--dtypes", args.dtype,
+                           "--repeats", str(args.repeats), "--results"])
     return 0
 
 

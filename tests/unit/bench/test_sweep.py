@@ -129,3 +129,22 @@ def test_importing_sweeps_imports_neither_torch_nor_ray():
             "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_sweep_script_merges_into_the_folder_it_is_given(tmp_path, capsys):
+    """benchmarks/sweep.py, as the committed figures are made, pointed at a folder of the ops folder's shape."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "sweep.py"
+    module_spec = importlib.util.spec_from_file_location("sweep_script", path)
+    script = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(script)
+    assert script.main(["--ops", "silu_and_mul", "--tokens", "1", "--dtypes", "fp32", "--warmup", "1", "--repeats",
+                        "5", "--out", str(tmp_path), "--json", str(tmp_path / "records.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "task 1: cpu" in printed and "wrote " in printed
+    doc = measurements.load_file(tmp_path / "activation" / "silu_and_mul" / "figures" / "cpu.json")
+    assert {e["row"] for e in doc["entries"].values()} == {"native/silu_and_mul", "triton/silu_and_mul"}
+    records = json.loads((tmp_path / "records.json").read_text())
+    assert {r["status"] for r in records} == {"ok"} and records[0]["env"]["gpu_kind"] == "cpu"
