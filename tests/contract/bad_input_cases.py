@@ -18,10 +18,11 @@ in its own words where the others answer; its refusal must still be clear.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -43,13 +44,34 @@ class Case:
     label: str
     seed: int
     build: Callable[[random.Random, torch.Generator], tuple[list, dict]]
+    device: str = "cpu"  # where the call's tensors are (made on the CPU, then moved: on_device)
 
     def make(self) -> tuple[list, dict]:
         """The call's arguments, made afresh (same values, same aliasing) for each path."""
-        return self.build(random.Random(self.seed), torch.Generator().manual_seed(self.seed))
+        args, kwargs = self.build(random.Random(self.seed), torch.Generator().manual_seed(self.seed))
+        return (args, kwargs) if self.device == "cpu" else on_device(args, kwargs, self.device)
 
     def __str__(self) -> str:
         return f"{self.op} [{self.label}] seed {self.seed}"
+
+
+def on_device(args: list, kwargs: dict, device: str) -> tuple[list, dict]:
+    """The arguments with every tensor (meta ones aside) on ``device``, views of one buffer still views of one
+    buffer: each storage is copied once and every view of it rebuilt there with its offset and strides, so an
+    aliased or overlapping call stays exactly as aliased."""
+    storages: dict[int, torch.Tensor] = {}
+
+    def move(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor) or v.is_meta:
+            return v
+        storage = v.untyped_storage()
+        key = storage._cdata
+        if key not in storages:
+            storages[key] = torch.empty(0, dtype=torch.uint8).set_(storage).to(device, copy=True)
+        moved = torch.empty(0, dtype=v.dtype, device=device)
+        return moved.set_(storages[key].untyped_storage(), v.storage_offset(), v.shape, v.stride())
+
+    return [move(a) for a in args], {k: move(v) for k, v in kwargs.items()}
 
 
 def _r(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> torch.Tensor:
@@ -278,7 +300,7 @@ def mutations(op: str, shape: OpShape) -> list[tuple[str, Callable[[random.Rando
     return muts
 
 
-def cases(seed: int = 52, per_op: int = 80) -> list[Case]:
+def cases(seed: int = 52, per_op: int = 80, device: str = "cpu") -> list[Case]:
     """``per_op`` seeded cases for every shipped op: each mutation at least once, the rest drawn at random."""
     rng = random.Random(seed)
     out = []
@@ -294,23 +316,81 @@ def cases(seed: int = 52, per_op: int = 80) -> list[Case]:
                 mutate(r, g, args, kwargs)
                 return args, kwargs
 
-            out.append(Case(op, f"{label}, {str(dtype).replace('torch.', '')}", seed * 100_000 + len(out), build))
+            out.append(Case(op, f"{label}, {str(dtype).replace('torch.', '')}", seed * 100_000 + len(out), build,
+                            device))
     return out
 
 
 # ------------------------------------------------------------------ running a case
 
 
+def rows_on(op: str, device: str = "cpu") -> list[spec.KernelSpec]:
+    """The op's rows that run on ``device``: on the CPU the floor, Triton rows under the interpreter and
+    :func:`jit_twins`; on CUDA every row whose toolchain is here (CUDA rows included)."""
+    where = torch.device(device)
+    return [r for r in spec.rows_for(op) if where.type in r.devices and r.probe(where)]
+
+
 def cpu_rows(op: str) -> list[spec.KernelSpec]:
-    """The op's rows that run on the CPU: the floor, and Triton rows under the interpreter."""
-    return [r for r in spec.rows_for(op) if r.backend in ("native", "triton") and r.probe(torch.device("cpu"))]
+    return rows_on(op, "cpu")
 
 
-def paths(op: str) -> dict[str, Callable[..., Any]]:
+def paths(op: str, device: str = "cpu") -> dict[str, Callable[..., Any]]:
+    """K, every row on ``device`` called directly, and torch.ops.rapid_llm: what every case runs through."""
     found = {"K": getattr(K, op)}
-    found.update({r.name: r.load() for r in cpu_rows(op)})
+    found.update({r.name: r.load() for r in rows_on(op, device)})
     found["torch.ops"] = getattr(torch.ops.rapid_llm, op)
     return found
+
+
+# ------------------------------------------------------------------ a JIT row's call path on the CPU
+
+
+#: Calls the op's checks refuse that reached a twin's launcher anyway (jit_twins): (row, the checks' answer).
+reached: list[tuple[str, str]] = []
+
+
+def _twin_launcher(op: str, row: str, rule: str) -> Callable[..., None]:
+    """A launcher with a CUDA launcher's convention (``fn(out, input, *args)``, or ``fn(*args)`` in place) that
+    computes with the floor, and records in :data:`reached` any call the op's checks refuse: its row's call
+    path must have answered that call before launching."""
+    floor = spec.native_row(op).load()
+
+    def launcher(*args: Any) -> None:
+        call, kw = (args, {}) if rule == "none" else ((args[1], *args[2:]), {"out": args[0]})
+        try:
+            floor.check(*call, **kw)
+        except Exception as exc:  # noqa: BLE001 - recorded: the launch should never have happened
+            reached.append((row, f"{type(exc).__name__}: {exc}"))
+        floor(*call, **kw)
+
+    return launcher
+
+
+@contextlib.contextmanager
+def jit_twins() -> Iterator[list[str]]:
+    """For every op with a shipped JIT row, a CPU twin: a JitRow of the same source, launcher name, out rule,
+    dtypes and layouts, whose launcher is :func:`_twin_launcher` rather than the built CUDA code (which cannot
+    run here), registered verified and first in rank on the CPU. So K, the row called directly and torch.ops
+    run a JIT row's whole Python and C call path (the op's checks, out allocated in C, the launch) on CPU
+    tensors. Yields the twins' names; unregisters them after."""
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
+
+    names = []
+    try:
+        for op in OPS:
+            for row in [r for r in spec.rows_for(op) if r.backend == "jit"]:
+                target = row.load()
+                name = f"jit/cpu_twin_of_{op}"
+                twin = JitRow(target.source, target.fn, out=target.out,
+                              launcher=_twin_launcher(op, name, target.out))
+                spec.register(dataclasses.replace(row, name=name, target=twin, devices=("cpu",), available=None,
+                                                  golden=spec.GoldenRecord(verified=True), priority=1e9))
+                names.append(name)
+        yield names
+    finally:
+        for name in names:
+            spec.unregister(name)
 
 
 @dataclasses.dataclass
@@ -382,7 +462,7 @@ def _right(case: Case, observed: torch.Tensor | None) -> bool:
     if observed is None:
         return False
     if observed.is_meta:
-        cpu = Case(case.op, case.label, case.seed, lambda r, g: _to_cpu(*case.build(r, g)))
+        cpu = Case(case.op, case.label, case.seed, lambda r, g: _to_cpu(*case.build(r, g)))  # on the CPU
         answer = run(cpu, spec.native_row(case.op).load())
         got = answer.observed[0] if answer.raised is None else None
         return got is not None and got.shape == observed.shape
@@ -457,7 +537,7 @@ def judge(case: Case, answers: dict[str, Answer]) -> tuple[str, str]:
         return "clear error", ""
     if kwargs.get("out") is not None and isinstance(kwargs["out"], torch.Tensor):
         # judged as the positional call's result: the same op without out= on fresh arguments
-        plain = Case(case.op, case.label, case.seed, lambda r, g: _without_out(*case.build(r, g)))
+        plain = dataclasses.replace(case, build=lambda r, g: _without_out(*case.build(r, g)))
         ok = all(_right_with(plain, a.observed[0], case) for a in included.values())
     else:
         ok = all(_right(case, a.observed[0]) for a in included.values())
@@ -480,12 +560,12 @@ def _right_with(plain: Case, observed: torch.Tensor | None, case: Case) -> bool:
     return _right(plain, observed)
 
 
-def run_all(seed: int = 52, per_op: int = 80) -> tuple[Counter, list[str]]:
-    """Every case through every path: the verdict counts and a line per failure."""
+def run_all(seed: int = 52, per_op: int = 80, device: str = "cpu") -> tuple[Counter, list[str]]:
+    """Every case, its tensors on ``device``, through every path: the verdict counts and a line per failure."""
     counts: Counter = Counter()
     failures = []
-    all_paths = {op: paths(op) for op in OPS}
-    for case in cases(seed, per_op):
+    all_paths = {op: paths(op, device) for op in OPS}
+    for case in cases(seed, per_op, device):
         answers = {name: run(case, fn) for name, fn in all_paths[case.op].items()}
         verdict, why = judge(case, answers)
         counts[verdict] += 1

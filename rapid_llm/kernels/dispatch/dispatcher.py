@@ -44,6 +44,7 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError, get_row, rows_for
 from rapid_llm.kernels.toolchain.digests import code_digest
+from rapid_llm.kernels.toolchain.jit_row import floor_answer
 
 __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "dtype_name",
            "get_row", "rows_for", "op_status"]
@@ -426,15 +427,9 @@ def _floor(op: str) -> Callable[..., Any] | None:
 def answer_bad_call(op: str, floor: Callable[..., Any], args: tuple, kwargs: dict) -> None:
     """Raise what the floor called with these arguments raises before it computes anything: a wrong argument
     count in Python's words for its signature, then the op's checks (``floor.check``, the declaration's one
-    set of argument checks; rapid_llm.kernels.ops.arguments). Returns where the arguments pass."""
-    try:
-        inspect.signature(floor).bind(*args, **kwargs)
-    except TypeError:
-        floor(*args, **kwargs)  # binding failed, so the call raises Python's own TypeError before its body runs
-        raise
-    check = getattr(floor, "check", None)
-    if check is not None:
-        check(*args, **kwargs)
+    set of argument checks; rapid_llm.kernels.ops.arguments). Returns where the arguments pass. The rule is
+    jit_row.floor_answer's, which a JIT row's call runs where its op's checks refuse a call."""
+    floor_answer(floor)(*args, **kwargs)
 
 
 def _resolved_call(op: str, args: tuple, kwargs: dict) -> Any:

@@ -95,19 +95,27 @@ def no_overlap(op: str, written: dict[str, torch.Tensor], others: dict[str, torc
     ``allow_same``: (written, other) pairs that may be the very same view (``scale(x, f, out=x)``, an
     elementwise op reading each element before writing it); a partial overlap is refused even there.
     Skipped while torch.compile traces: its tensors are fakes with no memory to compare, and the eager
-    call (or the custom op's check) sees the real ones.
+    call (or the custom op's check) sees the real ones. Every call of a CUDA row runs this (its op's
+    check), so a good call costs one byte range per tensor and a comparison per pair, nothing more.
     """
     if torch.compiler.is_compiling():
         return
+    extents = {name: _extent(t) for name, t in (*written.items(), *others.items()) if t is not None}
     names = list(written)
     for i, name in enumerate(names):
         t = written[name]
-        if t.numel() > 1 and not t.is_meta and torch._debug_has_internal_overlap(t) == 1:
+        if not t.is_contiguous() and t.numel() > 1 and not t.is_meta and torch._debug_has_internal_overlap(t) == 1:
             raise ValueError(f"{op}: {name} is written, but several of its elements share memory "
                              f"(an expanded view {describe(t)})")
+        here = extents[name]
+        if here is None:
+            continue
         for other_name in [*names[i + 1:], *others]:
+            there = extents.get(other_name)
+            if there is None or here[1] <= there[0] or there[1] <= here[0]:
+                continue  # disjoint byte ranges: the common case, decided without looking further
             other = written.get(other_name, others.get(other_name))
-            if other is None or not overlap(t, other):
+            if not _meet(t, other, here, there):
                 continue
             if (name, other_name) in allow_same and _same_view(t, other):
                 continue
@@ -121,15 +129,22 @@ def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _extent(t: torch.Tensor) -> tuple[int, int] | None:
     """The byte range [start, end) t's elements lie in; None for no memory (empty, meta, fake)."""
-    if t.numel() == 0 or t.is_meta:
+    if t.is_meta:
         return None
     try:
         start = t.data_ptr()
     except RuntimeError:  # a fake tensor under torch.compile has no memory to compare
         return None
-    if start == 0:  # nor has one under opcheck's fake mode (a real tensor with elements never sits at 0)
+    if start == 0:  # nor has one under opcheck's fake mode, nor an empty one (a tensor with elements never sits at 0)
         return None
-    span = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    if t.is_contiguous():
+        size = t.nbytes
+        return (start, start + size) if size else None
+    span = 0
+    for n, s in zip(t.shape, t.stride()):
+        if n == 0:
+            return None
+        span += (n - 1) * s
     return start, start + (span + 1) * t.element_size()
 
 
@@ -138,6 +153,11 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     ea, eb = _extent(a), _extent(b)
     if ea is None or eb is None or ea[1] <= eb[0] or eb[1] <= ea[0]:
         return False
+    return _meet(a, b, ea, eb)
+
+
+def _meet(a: torch.Tensor, b: torch.Tensor, ea: tuple[int, int], eb: tuple[int, int]) -> bool:
+    """overlap() for two tensors whose byte ranges ``ea`` and ``eb`` intersect."""
     ra, rb = _rows(a), _rows(b)
     if ra is not None and rb is not None:
         verdict = _rows_overlap(ea[0], ra, eb[0], rb)

@@ -16,11 +16,12 @@ line's ``"out"`` field names how ``out`` is made: one of the out rules
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
@@ -96,9 +97,10 @@ class JitRow:
         return self._launcher
 
     def bound(self) -> Callable[..., Any]:
-        """What a call runs: the launcher with ``out`` made by the row's rule (building on first use)."""
+        """What a call runs: the op's argument checks (:func:`op_checks`), then the launcher with ``out`` made
+        by the row's rule (building on first use)."""
         if self._bound is None:
-            self._bound = _bind(self.launcher(), self.fn, self.out)
+            self._bound = _bind(self.launcher(), self.fn, self.out, *op_checks(self))
         return self._bound
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -109,27 +111,107 @@ class JitRow:
         return f"JitRow({str(shown)!r}, {self.fn!r})"
 
 
-def _bind(launcher: Callable[..., Any], name: str, rule: str) -> Callable[..., Any]:
-    """``launcher`` behind its out rule: fastcall's OutFirst where the binding builds, else the same in Python."""
+class RowChecks(NamedTuple):
+    """What a JIT row's call path takes from its op (:func:`op_checks`)."""
+
+    check: Callable[..., Any] | None = None  # the op's argument checks, run before anything else
+    answer: Callable[..., Any] | None = None  # raises the answer to a call that failed
+    out_at: int = -1  # where the op's signature takes out by position (-1: by keyword only)
+
+
+def op_checks(target: Any) -> RowChecks:
+    """The checks a call of the row served by ``target`` runs first, what answers a call that fails, and where
+    its op takes ``out`` by position.
+
+    A launcher's RL_CHECKs guard what a wrong pointer would break, not what only the op knows (a negative
+    eps; a written tensor sharing memory with another argument, which rotates q twice or leaves the wrong
+    residual). So a JIT row runs its op's one set of argument checks, the floor's ``check``
+    (rapid_llm.kernels.ops.arguments), as the floor and the Triton rows do: every path gives a bad call the
+    floor's answer. Only a call that fails pays for ``answer``. Empty where no registered row has ``target``,
+    or the op's floor has no check.
+    """
+    row = next((r for op in _spec.all_ops() for r in _spec.rows_for(op) if r.target is target), None)
+    floor_row = None if row is None else _spec.native_row(row.op)
+    floor = None if floor_row is None else floor_row.load()
+    check = getattr(floor, "check", None)
+    if check is None:
+        return RowChecks()
+    floor_says = floor_answer(floor)
+    params = list(inspect.signature(floor).parameters)
+
+    def answer(*args: Any, **kwargs: Any) -> None:
+        """A failed call's answer: the floor's, else the row's refusal of a device it does not run on (a meta
+        tensor, which the floor computes with, has no memory to launch on); where both pass, the row's error."""
+        floor_says(*args, **kwargs)
+        for t in (*args, *kwargs.values()):
+            if isinstance(t, torch.Tensor) and t.device.type not in row.devices:
+                raise ValueError(f"{row.op}: the {row.name} row runs on {' and '.join(row.devices)} tensors, "
+                                 f"got {t.device.type}")  # arguments.runs_on's words for a Triton row
+
+    return RowChecks(check, answer, params.index("out") if "out" in params else -1)
+
+
+def floor_answer(floor: Callable[..., Any]) -> Callable[..., None]:
+    """``answer(*args, **kwargs)``: raises what ``floor`` called with these arguments raises before it computes
+    anything (a wrong argument count in Python's words for its signature, then its ``check``); returns where
+    they pass. Every path that answers a bad call in the floor's words calls this (dispatch, torch.ops, rows)."""
+    signature = inspect.signature(floor)
+    check = getattr(floor, "check", None)
+
+    def answer(*args: Any, **kwargs: Any) -> None:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError:
+            floor(*args, **kwargs)  # binding failed, so the call raises Python's own TypeError before its body runs
+            raise
+        if check is not None:
+            check(*args, **kwargs)
+
+    return answer
+
+
+def _bind(launcher: Callable[..., Any], name: str, rule: str, check: Callable[..., Any] | None = None,
+          answer: Callable[..., Any] | None = None, out_at: int = -1) -> Callable[..., Any]:
+    """``launcher`` behind ``check`` and its out rule: fastcall's OutFirst where the binding builds, else the
+    same in Python."""
     try:
         from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
 
-        return fastcall().OutFirst(launcher, name, OUT_RULES[rule])
+        return fastcall().OutFirst(launcher, name, OUT_RULES[rule], check, answer, out_at)
     except (ImportError, RuntimeError, OSError):  # no compiler here, or a torch without the exchange API
         pass
-    if rule == "none":
-        def in_place(*args: Any) -> None:
-            launcher(*args)
 
-        return in_place
+    def call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        try:
+            if check is not None:
+                check(*args, **kwargs)
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - answered as OutFirst answers it
+            failed = exc
+        if answer is not None:
+            answer(*args, **kwargs)
+        raise failed
+
+    def in_place(*args: Any, **kwargs: Any) -> None:
+        if kwargs:
+            raise TypeError(f"{name}() works in place and takes no out=")
+        launcher(*args)
 
     def out_first(input: Any, *args: Any, out: Any = None) -> Any:
+        if out is None and out_at >= 1 and len(args) == out_at:  # out by position, as the op takes it
+            *args, out = args
         if out is None:
             out = make_out(rule, input, name)
         launcher(out, input, *args)
         return out
 
-    return out_first
+    run = in_place if rule == "none" else out_first
+
+    def bound(*args: Any, **kwargs: Any) -> Any:
+        return call(run, args, kwargs)
+
+    bound.__name__ = bound.__qualname__ = name
+    return bound
 
 
 def read_header(text: str, where: str = "source") -> dict[str, Any] | None:

@@ -1,0 +1,82 @@
+"""A CUDA (JIT) row answers a bad call as every other row does: its call path runs the op's checks first.
+
+The CUDA code cannot run here, so each op's JIT row gets a CPU twin (bad_input_cases.jit_twins): a JitRow of the
+same source, launcher name and out rule whose launcher computes with the floor and records any call the op's
+checks refuse. The seeded fuzz then runs K (which dispatches to the twin), the twin called directly and
+torch.ops.rapid_llm through a JIT row's call path, the compiled one (fastcall's OutFirst) and the portable one:
+every bad call gets one answer, and none reaches a launcher. tests/gpu/contract/test_bad_input.py runs the same
+cases through the real CUDA rows on a GPU.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rapid_llm.kernels as K
+from rapid_llm.kernels.registry import spec
+from tests.contract import bad_input_cases as fuzz
+
+SEED = 52
+PER_OP = 80  # 7 ops: 560 cases
+
+
+def _bind_portable(twins: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twins bound without the compiled binding (what a machine without a C compiler runs); only their
+    binding, which each keeps: the rest of the process keeps its compiled paths."""
+    from rapid_llm.kernels.toolchain.fastpath import binding
+
+    def unavailable():
+        raise RuntimeError("no C compiler (this test)")
+
+    with monkeypatch.context() as m:
+        m.setattr(binding, "fastcall", unavailable)
+        for name in twins:
+            spec.get_row(name).target.bound()
+
+
+def _compiled() -> None:
+    from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
+
+    try:
+        fastcall()
+    except (ImportError, RuntimeError, OSError) as exc:
+        pytest.skip(f"the compiled binding does not build here: {exc}")
+
+
+@pytest.mark.parametrize("call_path", ["compiled", "portable"])
+def test_jit_rows_answer_every_bad_call_as_the_floor(call_path, monkeypatch):
+    if call_path == "compiled":
+        _compiled()
+    fuzz.reached.clear()
+    with fuzz.jit_twins() as twins:
+        if call_path == "portable":
+            _bind_portable(twins, monkeypatch)
+        bound = type(spec.get_row(twins[0]).call_path()).__name__
+        assert (bound == "OutFirst") == (call_path == "compiled"), bound
+        assert K.resolve("rms_norm", torch.ones(2, 8), torch.ones(8), 1e-6).name == "jit/cpu_twin_of_rms_norm"
+        counts, failures = fuzz.run_all(SEED, PER_OP)
+    line = fuzz.summary(counts)
+    assert sum(counts.values()) >= 500
+    assert not failures, f"{line}\n" + "\n".join(failures[:40])
+    assert fuzz.reached == [], f"calls the op's checks refuse reached a launcher: {fuzz.reached[:10]}"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda x, r, w: (x, x, w, 1e-6), "fused_add_rms_norm: x is written and must not share memory with residual"),
+    (lambda x, r, w: (x, r, w, -1e-6), "fused_add_rms_norm: eps must be >= 0, got -1e-06"),
+    (lambda x, r, w: (x, r, w, float("nan")), "fused_add_rms_norm: eps must be finite, got nan"),
+    (lambda x, r, w: (x, r, w, 1e-6, 0), "fused_add_rms_norm() takes 4 positional arguments but 5 were given"),
+])
+def test_a_refused_call_leaves_its_arguments_and_the_launcher_alone(make, words):
+    """The issue's cases: fused_add_rms_norm(x, x, w, eps), a negative or NaN eps, an argument too many."""
+    fuzz.reached.clear()
+    with fuzz.jit_twins():
+        row = spec.get_row("jit/cpu_twin_of_fused_add_rms_norm")
+        for path in (K.fused_add_rms_norm, row.load(), row.call_path()):
+            x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8)
+            before = x.clone(), r.clone()
+            with pytest.raises((ValueError, TypeError)) as caught:
+                path(*make(x, r, w))
+            assert str(caught.value) == words
+            assert torch.equal(x, before[0]) and torch.equal(r, before[1])
+    assert fuzz.reached == []
