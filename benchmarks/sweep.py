@@ -27,6 +27,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+try:
+    import rapid_llm  # noqa: F401 - installed (pip install -e .)
+except ImportError:  # run from a checkout without an install: the checkout's package (its workers get the same)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from rapid_llm.bench.sweeps import LocalPool, sweep
 from rapid_llm.bench.sweeps.records import Record
 from rapid_llm.bench.sweeps.tasks import DEFAULT_TOKENS
