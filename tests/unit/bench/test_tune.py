@@ -48,6 +48,10 @@ def scale_tunable(input: torch.Tensor, factor: float, out: torch.Tensor | None =
 
 @pytest.fixture
 def tunable_row():
+    """The row, and on CPU the interpreter let serve it, so explain's verdict is the dispatch rule's."""
+    from rapid_llm.kernels.toolchain import triton_support
+
+    triton_support.serve_interpreter(True)
     name = "triton/scale_tunable"
     K.register(KernelSpec(name=name, op="scale", backend="triton", target=scale_tunable,
                           available="rapid_llm.kernels.toolchain.triton_support:available", dtypes=("fp32",),
@@ -55,10 +59,15 @@ def tunable_row():
                           tune_space={"BLOCK": [256, 2048], "BUG": [0, 1]}), replace=True)
     yield name
     K.unregister(name)
+    triton_support.serve_interpreter(None)
+
+
+#: The interpreter serves on CPU (the suite sets TRITON_INTERPRET there); a GPU machine runs the row compiled.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
-    result = tune(tunable_row, tokens=(4097,), dtype="fp32", device="cpu")
+    result = tune(tunable_row, tokens=(4097,), dtype="fp32", device=DEVICE)
     states = {c.label: c.state for c in result.candidates}
     assert states == {"BLOCK=256 BUG=0": "timed", "BLOCK=2048 BUG=0": "timed",
                       "BLOCK=256 BUG=1": "verify_failed", "BLOCK=2048 BUG=1": "verify_failed"}
@@ -70,14 +79,14 @@ def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
     assert result.pin.path.is_relative_to(Path(os.environ["RAPID_LLM_CACHE_DIR"]))  # a notebook's row: local
     fn = K.get_row(tunable_row).load()  # dispatch's view: the launcher with the pinned config bound
     assert fn.keywords == result.winner.config
-    x = torch.randn(5000)
+    x = torch.randn(5000, device=DEVICE)
     torch.testing.assert_close(fn(x, 3.0), x * 3.0, rtol=0, atol=0)
-    verdict = K.explain("scale", dtype="fp32", device="cpu", numel=4097).verdict(tunable_row)
-    assert f"tuned: {result.winner.label}, pinned for cpu" in verdict.reason
+    verdict = K.explain("scale", dtype="fp32", device=DEVICE, numel=4097).verdict(tunable_row)
+    assert f"tuned: {result.winner.label}, pinned for {result.device}" in verdict.reason
     assert [c.index for c in result.candidates if c.state == "pending"] == []
     assert "2 timed, 2 verify_failed" in result.summary()
     # a second tune of the same code keeps the first pin unless told to replace it
-    again = tune(tunable_row, tokens=(4097,), dtype="fp32", device="cpu", limit=1)
+    again = tune(tunable_row, tokens=(4097,), dtype="fp32", device=DEVICE, limit=1)
     assert again.pin.config == result.pin.config
 
 

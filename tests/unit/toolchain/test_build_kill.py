@@ -23,12 +23,19 @@ HANG_GUARD_S = 120  # a killed build is a few seconds; only a hang gets here
 
 
 def _die_building_at(point: str, source: Path) -> None:
-    """Build ``source`` in a forked child armed to SIGKILL itself at ``point`` (a fork: no second torch import)."""
+    """Build ``source`` in a forked child armed to SIGKILL itself at ``point`` (a fork: no second torch import).
+
+    The build's GPU facts are read here first: a forked child of a process whose CUDA is started cannot start
+    it again, so on a GPU machine the child reuses what this process read (the same device, the same key)."""
+    arch, arch_list = cache.target_arch(), cache._arch_list()
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         try:
+            cache.target_arch, cache._arch_list = (lambda: arch), (lambda: arch_list)
             arm(point)
             jit.build_jit("killed", source)
+        except BaseException as exc:  # say why in the test's output: the point was never reached
+            print(f"the forked build raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         finally:
             os._exit(3)  # only reached when the point was never hit, or the build raised
     _, status = os.waitpid(pid, 0)
