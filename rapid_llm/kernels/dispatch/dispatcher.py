@@ -738,7 +738,22 @@ def explain(op: str, *tensors: Any, dtype: Any = None, device: Any = None, numel
                                        _why_outranked(row, us, winner, winner_us), prio, us, source))
     verdicts = [dataclasses.replace(v, ignored=str(stale)) if reason is None and (stale := _stale(row, ctx)) else v
                 for v, (row, reason, _) in zip(verdicts, evaluated)]
+    verdicts = [dataclasses.replace(v, reason=f"{v.reason}; tuned: {pin.describe()}")
+                if reason is None and (pin := _pin(row)) else v for v, (row, reason, _) in zip(verdicts, evaluated)]
     return Explanation(op, ctx, tuple(verdicts), op_status(op))
+
+
+def _pin(row: KernelSpec) -> Any:
+    """The config pinned for a tunable row on this GPU kind (rapid_llm.kernels.registry.pins), or None."""
+    target = row.target
+    if callable(getattr(target, "pin", None)):  # a JIT row whose source declares a space
+        return target.pin()
+    if row.tune_space is not None:
+        try:
+            return getattr(row.load(), "pin", None)
+        except Exception:  # a row that cannot load says so in its own verdict
+            return None
+    return None
 
 
 def op_status(op: str) -> str:
