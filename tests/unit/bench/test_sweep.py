@@ -22,6 +22,9 @@ from rapid_llm.kernels.toolchain.digests import code_digest
 
 CRASHER = "external/sweep_crasher"
 QUICK = dict(warmup=1, repeats=5)
+#: These are the CPU pool's tests (one CPU worker, as on a machine without a GPU), wherever they run; the pool on a
+#: GPU is tests/gpu/unit/bench/test_sweep.py's.
+CPU_POOL = dict(devices=[])
 
 
 def _crash(input, factor, out=None):  # noqa: A002 - the op's argument names
@@ -34,7 +37,7 @@ def _crash(input, factor, out=None):  # noqa: A002 - the op's argument names
 @pytest.fixture(scope="module")
 def swept():
     """One CPU sweep of rms_norm (native and Triton-interpreted rows) at one small shape, shared by the tests."""
-    return sweep(["rms_norm"], tokens=(1,), dtypes=("fp32",), executor=LocalPool(), **QUICK)
+    return sweep(["rms_norm"], tokens=(1,), dtypes=("fp32",), executor=LocalPool(**CPU_POOL), **QUICK)
 
 
 def test_the_local_pool_times_every_cpu_row_in_one_worker(swept):
@@ -101,7 +104,7 @@ def test_a_worker_that_dies_takes_only_its_task():
                                  dtypes=("fp32",), devices=("cpu",), golden=GoldenRecord(verified=True,
                                                                                          baseline="native/scale")))
         result = sweep(["scale", "rms_norm"], rows=[CRASHER, "native/rms_norm"], numels=(4096,),
-                       dtypes=("fp32",), executor=LocalPool(), **QUICK)
+                       dtypes=("fp32",), executor=LocalPool(**CPU_POOL), **QUICK)
     (crashed,) = [r for r in result.records if r.op == "scale"]
     assert crashed.status == "crashed" and crashed.row == CRASHER
     assert "exit 7" in crashed.detail and "sweep_crasher: going down" in crashed.detail

@@ -454,10 +454,39 @@ struct RowStrides {
   int64_t out, x, residual;
 };
 
+// Declared variants (rms_norm.cu's search space; tune pins one per GPU kind): 0 keeps the rules below.
+// RL_ROW_VECS: 1, 2 or 4 vectors a thread on the row path, in the narrowest CTA of 128, 256 or 512 threads
+// that holds the row. RL_ROW_STREAM: 1 also stores rms_norm's output streaming at decode sizes, as
+// fused_add_rms_norm does.
+#ifndef RL_ROW_VECS
+#define RL_ROW_VECS 0
+#endif
+#ifndef RL_ROW_STREAM
+#define RL_ROW_STREAM 0
+#endif
+
 // The row path's launch (see launch_rms_norm): CTA width and vectors a thread by the row's vector count.
 template <typename T, bool kAdd, bool kStreamOut>
 void launch_row(int64_t n_vec, dim3 grid, row_in<T, kAdd> xa, const T* weight, T* dst, int x_s, int d_s, int h,
                 float e) {
+#if RL_ROW_VECS > 0
+  constexpr int kV = RL_ROW_VECS;
+  if (n_vec <= 128 * kV) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 128, kV, kAdd, kStreamOut>, grid, dim3(128), 0, xa, weight, dst,
+                         x_s, d_s, h, e);
+    return;
+  }
+  if (n_vec <= 256 * kV) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 256, kV, kAdd, kStreamOut>, grid, dim3(256), 0, xa, weight, dst,
+                         x_s, d_s, h, e);
+    return;
+  }
+  if (n_vec <= 512 * kV) {
+    rl::launch_dependent(rms_norm_row_kernel<T, 512, kV, kAdd, kStreamOut>, grid, dim3(512), 0, xa, weight, dst,
+                         x_s, d_s, h, e);
+    return;
+  }
+#endif
   if (n_vec <= 128) {
     rl::launch_dependent(rms_norm_row_kernel<T, 128, 1, kAdd, kStreamOut>, grid, dim3(128), 0, xa, weight, dst, x_s,
                          d_s, h, e);
@@ -504,7 +533,7 @@ void launch_rms_norm(T* out, const T* x, T* residual, const T* weight, RowStride
     }();
     const int x_s = static_cast<int>(s.x), d_s = static_cast<int>(kAdd ? s.residual : s.out);
     const dim3 grid(static_cast<unsigned>(rows));
-    if (kAdd && rows <= rl::sm_count()) {  // decode sizes: fused_add_rms_norm's output stored streaming
+    if ((kAdd || RL_ROW_STREAM) && rows <= rl::sm_count()) {  // decode sizes: the output stored streaming
       launch_row<T, kAdd, kAdd>(n_vec, grid, xa, weight, dst, x_s, d_s, h, e);
     } else {
       launch_row<T, kAdd, false>(n_vec, grid, xa, weight, dst, x_s, d_s, h, e);

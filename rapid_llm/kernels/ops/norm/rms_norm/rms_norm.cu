@@ -1,4 +1,5 @@
 // rapid_llm row: {"name": "jit/rms_norm", "op": "rms_norm", "fn": "rms_norm", "dtypes": ["bf16", "fp16", "fp32"], "golden": {"verified": true, "max_abs_diff": 0.015625, "baseline": "native/rms_norm", "per_dtype": [["bf16", 0.015625], ["fp16", 0.00390625], ["fp32", 1.9073486328125e-06]]}, "graph_safe": true, "description": "promoted from rms_norm_cell.cu, launcher rms_norm()", "layouts": ["contiguous", "rows"]}
+// rapid_llm tune: {"RL_ROW_VECS": [0, 1, 2, 4], "RL_ROW_STREAM": [0, 1]}
 // rms_norm: out = x / sqrt(mean(x^2) + eps) * weight over the last dim, fp16 / bf16 / fp32.
 // Sum of squares in fp32; the normalised value times the weight in fp32, rounded once.
 // The kernels and their launch configuration are in rms_norm_kernels.cuh (kAdd = false), shared with
@@ -10,6 +11,10 @@
 // FlashInfer's strided case) runs without a copy. The last dim must be contiguous and
 // the leading dims one uniform stride; a row stride that keeps every row 16-byte aligned
 // keeps the vector path, any other takes the scalar one.
+//
+// The tune line above declares this row's variants (rms_norm_kernels.cuh: the row path's vectors a thread,
+// and streaming stores at decode sizes); 0 is the hand-chosen rule, and tune("jit/rms_norm") pins the
+// fastest verified variant per GPU kind in tuned/<gpu kind>.json beside this file.
 #include "common/rapid_llm.cuh"
 #include "../rms_norm_kernels.cuh"
 
