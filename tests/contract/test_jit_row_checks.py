@@ -80,3 +80,18 @@ def test_a_refused_call_leaves_its_arguments_and_the_launcher_alone(make, words)
             assert str(caught.value) == words
             assert torch.equal(x, before[0]) and torch.equal(r, before[1])
     assert fuzz.reached == []
+
+
+def test_a_jit_row_of_registered_code_gets_its_ops_checks():
+    """A JitRow made apart from the registered one (a test's, a child process's, a registry discovered anew) but of
+    the same source, launcher and out rule runs the op's checks too."""
+    from rapid_llm.kernels.toolchain.jit_row import JitRow
+
+    fuzz.reached.clear()
+    with fuzz.jit_twins():
+        twin = spec.get_row("jit/cpu_twin_of_fused_add_rms_norm").target
+        apart = JitRow(twin.source, twin.fn, out=twin.out, launcher=twin._launcher)
+        x, w = torch.randn(3, 8), torch.randn(8)
+        with pytest.raises(ValueError, match="^fused_add_rms_norm: x is written and must not share memory with"):
+            apart(x, x, w, 1e-6)
+    assert fuzz.reached == []
