@@ -29,6 +29,8 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT, OUT_RULES, make_out
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.toolchain.cache import local_sources
+from rapid_llm.kernels.registry.tune_space import SearchSpace, config_flags, read_space
 
 __all__ = ["JitRow", "HEADER_PREFIX", "read_header", "write_header", "row_from_header", "register_cu_rows",
            "source_digest"]
@@ -51,6 +53,29 @@ def source_digest(text: str, flags: Sequence[str] = ()) -> str:
     return hashlib.sha256("\0".join((_HEADER_RE.sub("", text), *flags)).encode()).hexdigest()
 
 
+#: (path, stamps, flags) -> digest: read on every dispatch resolution, hashed once per edit.
+_files_memo: dict[tuple, str] = {}
+
+
+def files_digest(source: Path, flags: Sequence[str]) -> str | None:
+    """The digest of a JIT source's code: its text (the row line left out), every project header it includes,
+    transitively, and its build flags; None where the file is gone."""
+    if not source.is_file():
+        return None
+    files = local_sources(source)
+    try:
+        stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files) + (tuple(flags),)
+    except OSError:
+        return None
+    digest = _files_memo.get(stamp)
+    if digest is None:
+        first, *headers = (p.read_text(errors="replace") for p in files)
+        text = source_digest(first, flags)
+        digest = hashlib.sha256("\0".join((text, *headers)).encode()).hexdigest() if headers else text
+        _files_memo[stamp] = digest
+    return digest
+
+
 class JitRow:
     """Row target: launcher ``fn`` of the module built from ``source``, called out-first.
 
@@ -61,16 +86,21 @@ class JitRow:
 
     def __init__(self, source: str | Path, fn: str, *, launcher: Callable[..., Any] | None = None,
                  digest: str | None = None, not_built: str | None = None, out: str = DEFAULT_OUT,
-                 flags: tuple[str, ...] = ("-O3",), built_from: str | Path | None = None) -> None:
+                 flags: tuple[str, ...] = ("-O3",), built_from: str | Path | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         if out not in OUT_RULES:
             raise RegistryError(f"{Path(source).name}: out must be one of {', '.join(OUT_RULES)}, got {out!r}")
         self.source = Path(source)
         self.fn = fn
         self.out = out
-        self.flags = tuple(flags)  # the build's nvcc/NVRTC flags (a sanitizer run adds -lineinfo)
+        #: the build's nvcc/NVRTC flags before a config's defines (a sanitizer run adds -lineinfo)
+        self.base_flags = tuple(flags)
+        #: a config given (a tune candidate; {}: the untuned code on purpose), or None: the pinned one, if any
+        self._config = dict(config) if config is not None else None
         self.digest = digest
         self.not_built = not_built  # why it cannot run here (a %%cuda_jit cell without CUDA: unbuilt, or compiled only)
         self._launcher = launcher
+        self._launcher_flags = self.base_flags  # what a launcher given here was built with (the untuned code)
         self._bound: Callable[..., Any] | None = None
         self._unchecked_at: int | None = None  # the registry version a binding without the op's checks was made at
         #: the copy of the source its launcher was built from (the build cache's, which nothing rewrites; the
@@ -79,22 +109,70 @@ class JitRow:
         #: the source's digest when its launcher was built here (promote checks the file is still that code)
         self.built_digest = (source_digest((self.built_from or self.source).read_text()) if launcher is not None
                              else None)
+        self._space: tuple[tuple, SearchSpace | None] | None = None
         self.__name__ = self.__qualname__ = fn
         self.__doc__ = (f"{fn}(*args): works in place, returns None." if out == "none" else
                         f"{fn}(input, *args, out=None): allocates out ({out}), then {fn}(out, input, *args).")
+
+    # ------------------------------------------------------------ tuning
+    def space(self) -> SearchSpace | None:
+        """The search space the source declares (rapid_llm.kernels.registry.tune_space), or None."""
+        path = self.source
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        stamp = (str(path), st.st_mtime_ns, st.st_size)
+        if self._space is None or self._space[0] != stamp:
+            self._space = (stamp, read_space(path.read_text(errors="replace"), str(path)))
+        return self._space[1]
+
+    def untuned_digest(self) -> str | None:
+        """The digest of the code and its space before a config's defines: what a pin is keyed by."""
+        return files_digest(self.source, self.base_flags)
+
+    def pin(self) -> Any:
+        """The config pinned for this code on this process's GPU kind (rapid_llm.kernels.registry.pins), or None."""
+        if self._config is not None or self.space() is None:
+            return None
+        from rapid_llm.kernels.registry import pins
+
+        digest = self.untuned_digest()
+        return None if digest is None else pins.pinned(self.source, digest, pins.current_kind())
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The config this row builds with: the one given, else the pinned one, else None (the source's defaults)."""
+        if self._config is not None:
+            return self._config or None
+        found = self.pin()
+        return found.config if found is not None else None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The build's flags: the base flags, then the config's ``-DNAME=VALUE``."""
+        return self.base_flags + config_flags(self.config)
+
+    def forget_build(self) -> None:
+        """Drop the loaded launcher: the next call builds (or loads) the code its flags name now (a new pin)."""
+        self._bound = None
+        if self._launcher is not None and self._launcher_flags != self.flags:
+            self._launcher = None
 
     def launcher(self) -> Callable[..., Any]:
         """The built launcher (building the source on first use)."""
         if self.not_built is not None:
             raise RuntimeError(f"{self.source.name} cannot run on this machine: {self.not_built}")
-        if self._launcher is None:
+        flags = self.flags
+        if self._launcher is None or self._launcher_flags != flags:
             from rapid_llm.kernels.toolchain.jit import load_jit
 
-            module = load_jit(self.source.stem, str(self.source), extra_cuda_cflags=self.flags)
+            module = load_jit(self.source.stem, str(self.source), extra_cuda_cflags=flags)
             try:
                 self._launcher = getattr(module, self.fn)
             except AttributeError:
                 raise RegistryError(f"{self.source} exports no function {self.fn!r}") from None
+            self._launcher_flags = flags
         return self._launcher
 
     def bound(self) -> Callable[..., Any]:
