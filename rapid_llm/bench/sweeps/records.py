@@ -134,7 +134,7 @@ def merge_records(records: Iterable[Record], root: str | Path | None = None, *, 
                 if doc["device"] != kind:
                     raise ValueError(f"{path} holds figures of {doc['device']!r}, not {kind!r}")
             entries = dict(doc["entries"])
-            for r in sorted(mine, key=lambda r: r.key()):
+            for r in sorted(mine, key=lambda r: tuple("" if v is None else str(v) for v in r.key())):
                 key, entry = r.entry()
                 entries[key] = entry
             env = mine[-1].env
