@@ -28,6 +28,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "saved_builds": ("rapid_llm.bench.row_versions", "saved_builds"),
     "CaseArgs": ("rapid_llm.kernels.registry.opdecl", "CaseArgs"),
     "sweep": ("rapid_llm.bench.sweeps.run", "sweep"),
+    "tune": ("rapid_llm.bench.tune", "tune"),
+    "TuneResult": ("rapid_llm.bench.tune", "TuneResult"),
     "SweepResult": ("rapid_llm.bench.sweeps.records", "SweepResult"),
 }
 

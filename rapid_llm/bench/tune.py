@@ -136,10 +136,13 @@ class TuneResult:
     def plot(self, ax: Any = None) -> Any:
         """Every timed candidate's geomean against its index in the space (the winner and the untuned row
         marked), the failed ones as crosses on the axis: the shape of the space at a glance."""
-        import matplotlib.pyplot as plt
+        if ax is None:  # matplotlib's Agg canvas directly, never pyplot: a notebook's backend is left alone
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(8, 3.2))
+            fig = Figure(figsize=(8, 3.2))
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot()
         timed = [c for c in self.candidates if c.score_us is not None]
         failed = [c for c in self.candidates if c.state not in ("timed", "pending")]
         ax.scatter([c.index for c in timed], [c.score_us for c in timed], s=14, label="timed (verified)")
@@ -251,7 +254,7 @@ def _time(c: Candidate, cand: KernelSpec, op: str, dtype: str, tokens: Sequence[
 
 def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16", device: Any = None,
          verify_dtypes: Sequence[str] | None = None, workers: int | None = None, replace: bool = False,
-         limit: int | None = None, progress: Progress | None = None) -> TuneResult:
+         limit: int | None = None, pin: bool = True, progress: Progress | None = None) -> TuneResult:
     """Tune ``row`` over its declared search space on this device; pin the winner for this GPU kind.
 
     ``tokens`` are token counts of the op's bench case (element counts for an op that declares no
@@ -259,7 +262,8 @@ def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16
     of the row (``verify_dtypes`` to narrow it), and, if it passed, timed at ``tokens`` (the op's bench
     case) in ``dtype``; the fastest geometric mean wins. The untuned row (the source's defaults) is timed
     beside them. The pin is written for (GPU kind, the code's digest); an earlier pin of the same code
-    holds unless ``replace`` (so ranks that tune at once agree). ``limit`` takes the first candidates only.
+    holds unless ``replace`` (so ranks that tune at once agree). ``limit`` takes the first candidates only;
+    ``pin=False`` reports the winner and writes no table.
     """
     spec = _spec.get_row(row)
     space = _target_space(spec)
@@ -329,7 +333,7 @@ def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16
     winner = min(timed, key=lambda c: (c.score_us, c.index)) if timed else None
     held = None
     gpu = platform.device_label(device)
-    if winner is not None:
+    if winner is not None and pin:
         held = _pin(spec, winner, untuned, gpu, dtype, tokens, len(candidates), replace)
     seconds["total"] = time.perf_counter() - started
     return TuneResult(row, spec.op, gpu, dtype, tokens, space, candidates, untuned, winner, held, seconds)
