@@ -24,11 +24,13 @@ from rapid_llm.bench import BenchRefused, bench
 from rapid_llm.bench.ops import floor_call, make_args
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
+from rapid_llm.kernels.toolchain.fastpath.binding import plain_launches
 from rapid_llm.kernels.verification.golden import verify
 
 #: (row function, its op, the check that catches it, the verdicts expected ("a|b": either), devices it runs on). A
 #: verify row whose verdict is "FAIL" is caught by the comparison itself, with no defect named beyond it. A pointer
 #: memo is timed_output_wrong where timed calls reuse addresses (CPU), else pointer_memo (a GPU's long rotation).
+#: "graph": bench's CUDA-graph timing, as bench_op times the graph figure dispatch ranks by (plain launches).
 CHEATS = [
     ("scale_in_bf16", "scale", "verify", "precision_loss", ("cpu", "cuda")),
     ("scale_on_a_host_thread", "scale", "verify", "deferred_work", ("cpu", "cuda")),
@@ -50,6 +52,7 @@ CHEATS = [
     ("scale_skipping_at_random", "scale", "bench", "timed_output_wrong", ("cpu", "cuda")),
     ("rms_norm_unit_rms", "rms_norm", "bench", "timed_output_wrong", ("cpu", "cuda")),
     ("rms_norm_subsampled", "rms_norm", "bench", "timed_output_wrong", ("cpu", "cuda")),
+    ("scale_overlapping_launches", "scale", "graph", "dependent_overlap", ("cuda",)),
 ]
 
 
@@ -86,7 +89,11 @@ def check(fn: Any, fn_name: str, op: str, how: str, device: str) -> tuple[str, s
                                               f"{failed.dtype} {failed.verdict}" if failed else "")
     case = make_args(op, 1 << 16, torch.float32, device)
     try:
-        bench(fn, *case.args, reference=floor_call(op), label=fn_name, **case.kwargs)
+        if how == "graph":
+            with plain_launches():  # as rapid_llm.bench.ops._graph_us times a row's graph figure
+                bench(fn, *case.args, graph=True, integrity=False, label=fn_name, **case.kwargs)
+        else:
+            bench(fn, *case.args, reference=floor_call(op), label=fn_name, **case.kwargs)
     except BenchRefused as exc:
         return exc.kind, exc.detail
     return "timed (not caught)", ""

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from rapid_llm.bench import clock, l2_persist
+from rapid_llm.bench import clock, dependent, l2_persist
 from rapid_llm.bench.integrity import CHECK_BYTES, PROBE_CALLS, BenchRefused, Guard
 from rapid_llm.bench.tamper import Watch
 from rapid_llm.kernels.platform import device_label
@@ -290,7 +290,9 @@ def _cuda_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats:
 
 def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
                    device: torch.device) -> list[float]:
-    """Replay a graph of one call per argument set; per-call time is replay time / calls."""
+    """Replay a graph of one call per argument set; per-call time is replay time / calls. Refused where the
+    calls overlap one another through programmatic launches the binding's switch does not reach
+    (rapid_llm.bench.dependent: ``dependent_overlap``)."""
     calls = max(n_sets, 8)
     with torch.cuda.device(device):
         stream = torch.cuda.current_stream(device).cuda_stream
@@ -302,10 +304,12 @@ def _graph_samples(call: Callable[[int], Any], n_sets: int, warmup: int, repeats
                 call(i % n_sets)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
+        graph = dependent.kept_graph()  # its edges are read: calls may not overlap one another (dependent.py)
         with torch.cuda.graph(graph):
             for i in range(calls):
                 call(i % n_sets)
+        dependent.refuse_overlap(graph, calls, lambda: call(0))
+        dependent.ready(graph)
         graph.replay()
         torch.cuda.synchronize()
         starts = [clock.new_event() for _ in range(repeats)]

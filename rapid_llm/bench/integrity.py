@@ -62,6 +62,9 @@ REFUSALS = {
                         "result could agree with a reference made just as wrong",
     "above_roofline": "the figure moves bytes faster than the device reads them (its measured read roofline) "
                       "from a working set larger than L2: work escaped the timer",
+    "dependent_overlap": "in the CUDA graph of back-to-back calls, the row's kernels are programmatic dependent "
+                         "launches the binding's switch does not reach (rapid_llm.bench.dependent): each call "
+                         "overlaps the one before, so the graph's time per call is less than a call costs alone",
 }
 #: A row that skips its work on a fraction SKIP_FRACTION of calls, or more, escapes the checked calls with
 #: probability at most ESCAPE: (1 - p)^n <= ESCAPE for n checked calls drawn at random among the timed ones.

@@ -6,6 +6,8 @@ seed); the other seeds, every row timed on CUDA, and the CUDA-only cheat are tes
 """
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 
@@ -152,3 +154,19 @@ def test_no_bench_verdict_on_the_shipped_rows(op):
     _PROBED.clear()  # probe again, whatever ran before in this process
     timed = shipped.bench_every_row(op, "cpu", cpu_numels(op), warmup=CPU_WARMUP, repeats=CPU_REPEATS)
     assert timed, f"no row of {op} runs on CPU here in {' or '.join(shipped.BENCH_DTYPES)}"
+
+
+def test_the_dependent_overlap_check_reads_edge_types_and_is_harmless_here():
+    """dependent_overlap (rapid_llm.bench.dependent; the cheat itself needs a GPU: tests/gpu/contract): an edge
+    lets its kernel start early when it is of the programmatic type or leaves a kernel's programmatic or
+    launch-order port; a plain edge (all zero) does not."""
+    from rapid_llm.bench import dependent
+    from rapid_llm.bench.integrity import REFUSALS
+
+    assert dependent.KIND in REFUSALS
+    edges = (dependent.EdgeData * 4)()
+    edges[1].type = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    edges[2].from_port = 2  # CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER
+    assert dependent.count_programmatic(edges) == 2
+    assert dependent.count_programmatic((dependent.EdgeData * 3)()) == 0
+    assert ctypes.sizeof(dependent.EdgeData) == 8  # cuda.h's CUgraphEdgeData

@@ -113,6 +113,27 @@ def scale_with_persisting_l2(input: torch.Tensor, factor: float, out: torch.Tens
     return torch.mul(input, factor, out=out) if out is not None else input * factor
 
 
+_overlapping: list = []
+
+
+def scale_overlapping_launches(input: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Back-to-back overlap from dependent launches counted as speed: dependent_overlap.cu's launcher starts each
+    call as a programmatic dependent launch of its own (not rl::launch_dependent, so plain_launches() does not
+    reach it) whose kernel never waits for the call before. Eager it costs what it costs; in the graph a
+    ``graph_us`` figure replays, consecutive calls overlap. CUDA (sm_90 and newer), fp32. Caught by bench's graph
+    timing: ``dependent_overlap`` (the graph's programmatic edges between calls)."""
+    if not _overlapping:
+        from pathlib import Path
+
+        from rapid_llm.kernels.toolchain import jit
+
+        source = Path(__file__).resolve().with_name("dependent_overlap.cu")
+        _overlapping.append(jit.build_jit("dependent_overlap", source).module)
+    out = torch.empty_like(input) if out is None else out
+    _overlapping[0].scale_overlapping_launches(out, input, float(factor))
+    return out
+
+
 def forget() -> None:
     """Empty every memo. They are keyed by address, and an address freed by one test is handed to the next
     test's tensors: a stale entry would then hit where the test means the memo to miss."""

@@ -57,3 +57,23 @@ def bench_every_row(op: str, device: str, numels: Sequence[int], *, warmup: int,
                       label=f"{row.name} {dtype} numel={numel}", **case.kwargs)
                 timed += 1
     return timed
+
+
+def graph_every_row(op: str, numels: Sequence[int], *, warmup: int, repeats: int) -> int:
+    """Time each graph-safe row of ``op`` on CUDA from a graph of back-to-back calls under plain launches, as
+    bench_op times the graph figure dispatch ranks by (rapid_llm.bench.ops._graph_us); bench refuses (raises) a
+    graph whose calls overlap one another (dependent_overlap). How many calls of bench there were."""
+    from rapid_llm.bench.ops import make_args
+    from rapid_llm.kernels.toolchain.fastpath.binding import plain_launches
+
+    timed = 0
+    for row in runnable_rows(op, "cuda"):
+        if not row.graph_safe:
+            continue
+        for numel in numels:
+            case = make_args(op, numel, platform.torch_dtype("bf16"), "cuda")
+            with plain_launches():
+                bench(row.call_path(), *case.args, bytes_moved=case.bytes_moved, graph=True, warmup=warmup,
+                      repeats=repeats, integrity=False, label=f"{row.name} (graph) numel={numel}", **case.kwargs)
+            timed += 1
+    return timed

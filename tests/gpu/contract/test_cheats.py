@@ -96,3 +96,56 @@ def test_no_bench_verdict_on_the_shipped_rows(seed, device):
     numels = (4097 + seed, 1 << 20 if device == "cuda" else 1 << 16)
     timed = sum(shipped.bench_every_row(op, device, numels, warmup=2, repeats=5) for op in spec.all_ops())
     assert timed, f"no shipped row runs on {device} here"
+
+
+def test_bench_refuses_calls_that_overlap_in_the_graph_by_name():
+    """Back-to-back overlap from dependent launches counted as speed (cheat_rows.scale_overlapping_launches): its
+    graph of back-to-back calls has programmatic edges between calls, plain_launches() or not; eager it is timed."""
+    from rapid_llm.bench import dependent
+    from rapid_llm.kernels.toolchain.fastpath.binding import plain_launches
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
+    fn = cheat_rows.scale_overlapping_launches
+    x = torch.randn(1 << 16, device="cuda")
+    assert torch.equal(fn(x, 2.0), x * 2.0)
+    with plain_launches(), pytest.raises(BenchRefused) as caught:
+        bench(fn, x, 2.0, graph=True, integrity=False, label="scale_overlapping_launches")
+    assert caught.value.kind == dependent.KIND, str(caught.value)
+    assert "scale_overlapping_launches" in str(caught.value)
+    assert bench(fn, x, 2.0, reference=_floor, label="eager").median_us > 0  # eager timing is unchanged
+
+
+def test_the_graph_edges_are_read_on_this_driver():
+    """The detector sees the project's own dependent launches when they are on (so an unread edge is not why the
+    shipped rows pass below), and none under plain launches."""
+    from rapid_llm.bench import dependent
+    from rapid_llm.kernels.toolchain.fastpath.binding import set_dependent_launch
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
+    row = spec.get_row("jit/rms_norm")
+    fn = row.call_path()
+    x, w = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16), torch.randn(4096, device="cuda",
+                                                                                   dtype=torch.bfloat16)
+    edges = {}
+    for mode, on in (("dependent", True), ("plain", False)):
+        before = set_dependent_launch(on)
+        try:
+            fn(x, w, 1e-6)
+            torch.cuda.synchronize()
+            graph = dependent.kept_graph()
+            with torch.cuda.graph(graph):
+                for _ in range(4):
+                    fn(x, w, 1e-6)
+            edges[mode] = dependent.programmatic_edges(graph)
+        finally:
+            set_dependent_launch(before)
+    assert edges["dependent"] is not None and edges["dependent"] >= 3, edges
+    assert edges["plain"] == 0, edges
+
+
+@pytest.mark.parametrize("op", sorted(spec.all_ops()))
+def test_no_dependent_overlap_verdict_on_the_shipped_rows(op):
+    """0 false refusals: every graph-safe shipped row's graph figure, at a decode size and a large one."""
+    assert shipped.graph_every_row(op, (4096, 1 << 20), warmup=2, repeats=5) > 0, f"no graph-safe row of {op}"
