@@ -7,18 +7,22 @@ Nothing here touches CUDA at import time; torch is imported where needed.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "describe", "shape_str", "torch_dtype", "device_label", "size_bucket", "sm_version",
     "cache_dir", "project_root", "PACKAGE_DIR", "OPS_DIR", "CUDA_INCLUDE", "FIGURES", "op_folders", "slug", "cuda_tool", "nvcc_path", "cuda_home", "write_atomic",
+    "locked",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
 
@@ -255,3 +259,18 @@ def write_atomic(path: Any, text: str) -> bool:
         Path(tmp).unlink(missing_ok=True)
         raise
     return True
+
+
+@contextlib.contextmanager
+def locked(path: Path, kind: str = "file") -> Iterator[None]:
+    """An exclusive lock on read-modify-write cycles of ``path`` across processes. The lock file lives in the
+    cache (``locks/``), never beside ``path``: a committed file gets no lock file next to it."""
+    name = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24]
+    lock = cache_dir("locks") / f"{kind}_{name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -13,14 +13,11 @@ is atomic, so no entry is lost and no reader sees half a file.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
-import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.dispatch import measurements
@@ -99,20 +96,6 @@ def target_path(op: str, gpu_kind: str, root: str | Path | None = None) -> Path:
     return Path(root) / default.relative_to(platform.OPS_DIR)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path``'s merges, held in the cache (no lock file beside committed figures)."""
-    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
-    lock = platform.cache_dir("locks") / f"figures_{name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def merge_records(records: Iterable[Record], root: str | Path | None = None, *, replace: bool = False) -> list[Path]:
     """Merge the ``ok`` records into their figures files (one per op per GPU kind); the files written.
 
@@ -127,7 +110,7 @@ def merge_records(records: Iterable[Record], root: str | Path | None = None, *, 
     written = []
     for (op, kind), mine in sorted(groups.items()):
         path = target_path(op, kind, root)
-        with _locked(path):
+        with platform.locked(path, "figures"):
             doc: dict[str, Any] = {"device": kind, "entries": {}, "meta": {}}
             if path.exists() and not replace:
                 doc = measurements.load_file(path)

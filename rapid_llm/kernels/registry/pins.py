@@ -14,17 +14,15 @@ op folder with the row.
 """
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import inspect
 import json
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry.tune_space import config_label
@@ -135,23 +133,13 @@ def pinned(source: Path, digest: str, device: str) -> Pin | None:
     return _pin_of(path, _cached(path), digest)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def pin(source: Path, op: str, row: str, digest: str, device: str, config: Mapping[str, Any], *,
         replace: bool = False, path: Path | None = None, **figures: Any) -> Pin:
     """Pin ``config`` for this code on this GPU kind and return the pin that holds: the one already there
     (another process or rank pinned first) unless ``replace``. ``path`` overrides the table (promote)."""
     path = table_path(source, device) if path is None else path
-    with _locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with platform.locked(path, "pins"):
         doc = _read(path) or {"device": device, "pins": {}}
         if doc.get("device", device) != device:
             raise PinError(f"{path} holds pins for {doc.get('device')}, not {device}")
