@@ -146,7 +146,7 @@ def test_the_sweep_script_merges_into_the_folder_it_is_given(tmp_path, capsys):
     assert script.main(["--ops", "silu_and_mul", "--tokens", "1", "--dtypes", "fp32", "--warmup", "1", "--repeats",
                         "5", "--out", str(tmp_path), "--json", str(tmp_path / "records.json")]) == 0
     printed = capsys.readouterr().out
-    assert "task 1: cpu" in printed and "wrote " in printed
+    assert "task 1: " in printed and "wrote " in printed
     doc = measurements.load_file(tmp_path / "activation" / "silu_and_mul" / "figures" / "cpu.json")
     assert {e["row"] for e in doc["entries"].values()} == {"native/silu_and_mul", "triton/silu_and_mul"}
     records = json.loads((tmp_path / "records.json").read_text())

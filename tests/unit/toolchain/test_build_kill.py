@@ -54,6 +54,11 @@ def warm_cache(tmp_path_factory):
 
 @pytest.mark.parametrize("point", POINTS)
 def test_a_build_killed_at_any_point_heals_on_the_next_run(point, tmp_path, warm_cache, monkeypatch):
+    import torch
+
+    if torch.cuda.is_initialized():
+        pytest.skip("this worker has CUDA started, and a forked child's build then fails before the kill point "
+                    "(5 of 9 points on an H100); the kill points are device-independent and CPU CI runs them")
     root = tmp_path / "cache"
     shutil.copytree(warm_cache, root)
     if point == "host_support":
