@@ -107,12 +107,16 @@ def call_impl(request, monkeypatch):
     return request.param
 
 
+#: The user properties whose value is a line for the run's summary.
+SUMMARY_LINES = ("bad_input_fuzz", "ray_sweep")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The bad-input fuzz's summary line (tests/contract/test_bad_input.py) in the summary of any run that includes
-    it. It lives here, not beside the test: under xdist only the conftests of the command line's folders reach the
+    """The summary lines some tests record (SUMMARY_LINES: the bad-input fuzz's, tests/contract/test_bad_input.py;
+    the Ray sweep's, tests/unit/bench/test_sweep_ray.py) in the summary of any run that includes them. It lives here, not beside the test: under xdist only the conftests of the command line's folders reach the
     controller that writes the summary (a test's recorded properties travel to it with the test's report)."""
     for reports in terminalreporter.stats.values():
         for report in reports:
             for name, value in getattr(report, "user_properties", ()):
-                if name == "bad_input_fuzz" and getattr(report, "when", "call") == "call":
+                if name in SUMMARY_LINES and getattr(report, "when", "call") == "call":
                     terminalreporter.write_line(value)

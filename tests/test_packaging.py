@@ -68,7 +68,7 @@ def test_a_wheel_installed_in_a_new_venv_ranks_by_its_own_figures_from_any_direc
         "from rapid_llm.kernels.dispatch import measurements\n"
         "print(rapid_llm.__file__)\n"
         "from rapid_llm.kernels.toolchain.digests import code_digest\n"
-        "digest = code_digest(K.get_row('jit/rms_norm'))\n"
+        "digest = code_digest(K.get_row('jit/rms_norm'), 'NVIDIA H100 80GB HBM3')  # that kind's pinned variant\n"
         "fig = measurements.lookup('rms_norm', 'jit/rms_norm', 'NVIDIA H100 80GB HBM3', 'bf16', 13, digest)\n"
         "print(fig.median_us > 0, fig.source)\n"
         "print(sorted(measurements.committed_label(p) for p in measurements.committed_results()))\n"

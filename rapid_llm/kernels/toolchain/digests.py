@@ -33,12 +33,13 @@ def code_files(row: KernelSpec) -> list[Path]:
     return []
 
 
-def code_digest(row: KernelSpec) -> str | None:
+def code_digest(row: KernelSpec, kind: str | None = None) -> str | None:
     """The sha256 of the row's code (see the module's docstring), or None where it has no files. A tunable JIT
-    row's code is the variant it builds: its pinned config's defines are among its flags."""
+    row's code is the variant it builds on a GPU kind (default: this process's): its pinned config's defines are
+    among its flags, so the digest of an H100's figures is computed on any machine with ``kind``."""
     target = row.target
     if isinstance(target, JitRow):
-        return files_digest(target.source, target.flags)
+        return files_digest(target.source, target.flags_for(kind))
     files = code_files(row)
     if not files:
         return None

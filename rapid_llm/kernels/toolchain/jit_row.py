@@ -131,27 +131,36 @@ class JitRow:
         """The digest of the code and its space before a config's defines: what a pin is keyed by."""
         return files_digest(self.source, self.base_flags)
 
-    def pin(self) -> Any:
-        """The config pinned for this code on this process's GPU kind (rapid_llm.kernels.registry.pins), or None."""
+    def pin(self, kind: str | None = None) -> Any:
+        """The config pinned for this code on a GPU kind (default: this process's; rapid_llm.kernels.registry.pins),
+        or None."""
         if self._config is not None or self.space() is None:
             return None
         from rapid_llm.kernels.registry import pins
 
         digest = self.untuned_digest()
-        return None if digest is None else pins.pinned(self.source, digest, pins.current_kind())
+        return None if digest is None else pins.pinned(self.source, digest, kind or pins.current_kind())
 
-    @property
-    def config(self) -> dict[str, Any] | None:
-        """The config this row builds with: the one given, else the pinned one, else None (the source's defaults)."""
+    def config_for(self, kind: str | None = None) -> dict[str, Any] | None:
+        """The config this row builds with on a GPU kind: the one given, else the pinned one, else None."""
         if self._config is not None:
             return self._config or None
-        found = self.pin()
+        found = self.pin(kind)
         return found.config if found is not None else None
 
     @property
+    def config(self) -> dict[str, Any] | None:
+        """:meth:`config_for` this process's GPU kind."""
+        return self.config_for()
+
+    def flags_for(self, kind: str | None = None) -> tuple[str, ...]:
+        """The build's flags on a GPU kind: the base flags, then the config's ``-DNAME=VALUE``."""
+        return self.base_flags + config_flags(self.config_for(kind))
+
+    @property
     def flags(self) -> tuple[str, ...]:
-        """The build's flags: the base flags, then the config's ``-DNAME=VALUE``."""
-        return self.base_flags + config_flags(self.config)
+        """:meth:`flags_for` this process's GPU kind."""
+        return self.flags_for()
 
     def forget_build(self) -> None:
         """Drop the loaded launcher: the next call builds (or loads) the code its flags name now (a new pin)."""

@@ -33,7 +33,7 @@ def _merged(result, root) -> dict[str, dict]:
     return out
 
 
-def test_ray_on_cpu_gives_the_local_pools_records(ray_cluster, tmp_path):
+def test_ray_on_cpu_gives_the_local_pools_records(ray_cluster, tmp_path, record_property):
     on_ray = sweep(OPS, executor=RayExecutor(), **QUICK)
     local = sweep(OPS, executor=LocalPool(), **QUICK)
     assert on_ray.failures == [] and local.failures == []
@@ -41,5 +41,7 @@ def test_ray_on_cpu_gives_the_local_pools_records(ray_cluster, tmp_path):
     assert on_ray.keys() == local.keys()  # (kind, driver, CUDA, torch, digest, commit, op, form, row, dtype, numel)
     assert len({r.worker for r in on_ray.figures}) == 1  # one CPU actor served every task
     assert _merged(on_ray, tmp_path / "ray") == _merged(local, tmp_path / "local")
-    print(f"\nRay sweep on a local CPU cluster: {len(on_ray.figures)} records, same keys, rows and digests as the "
-          f"local pool's ({on_ray.seconds:.1f} s on Ray, {local.seconds:.1f} s local)")
+    line = (f"Ray sweep on a local CPU cluster: {len(on_ray.figures)} records, same keys, rows and digests as the "
+            f"local pool's ({on_ray.seconds:.1f} s on Ray, {local.seconds:.1f} s local)")
+    record_property("ray_sweep", line)  # the run's summary prints it (tests/conftest.py)
+    print(f"\n{line}")

@@ -140,7 +140,7 @@ def test_eight_processes_read_the_same_pinned_config(tmp_path):
     """Eight ranks each tuned and found a different winner; all of them run the one pinned first."""
     source = tmp_path / "cell.cu"
     source.write_text(_SPACED)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")  # eight processes, not eight torch imports: the pins need no torch
     with ctx.Pool(8) as pool:
         seen = pool.map(_pin_one, [(str(tmp_path / "cache"), str(source), 32 * (k + 1)) for k in range(8)])
     assert len({json.dumps(s, sort_keys=True) for s in seen}) == 1, seen
