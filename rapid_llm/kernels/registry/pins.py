@@ -28,7 +28,7 @@ from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry.tune_space import config_label
 
 __all__ = ["Pin", "pin", "pinned", "table_path", "TUNED", "PinError", "current_kind", "python_digest",
-           "with_pinned_config"]
+           "with_pinned_config", "carry"]
 
 #: The folder of an op's committed pins, beside ``figures/``.
 TUNED = "tuned"
@@ -208,3 +208,19 @@ def with_pinned_config(spec: Any, fn: Any) -> Any:
     functools.update_wrapper(bound, fn)
     bound.pin = found  # type: ignore[attr-defined]
     return bound
+
+
+def carry(old_digest: str, source: Path, new_digest: str, op: str, row: str) -> list[Pin]:
+    """Copy every local pin of code ``old_digest`` (a cell's) to the table of ``source`` (its promoted file), keyed
+    by ``new_digest``: a tuned cell ships with its pinned variants. An existing pin there holds."""
+    held = []
+    for path in sorted(platform.cache_dir(TUNED).glob("*.json")):
+        doc = _read(path)
+        entry = doc.get("pins", {}).get(old_digest)
+        if entry is None:
+            continue
+        figures = {k: v for k, v in entry.items() if k not in ("config", "op", "row", "pinned_at")}
+        device = str(doc["device"])
+        table = source.parent / TUNED / f"{platform.slug(device)}.json"  # the op folder's, wherever the package is
+        held.append(pin(source, op, row, new_digest, device, entry["config"], path=table, **figures))
+    return held

@@ -42,7 +42,7 @@ from rapid_llm.kernels.registry import op_writes
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.toolchain.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
 from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT
-from rapid_llm.kernels.registry.spec import GoldenRecord, RegistryError
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
 
 __all__ = ["promote", "Promotion", "PromoteError"]
 
@@ -76,6 +76,20 @@ class Promotion:
 def _shown(path: Path) -> Path:
     root = platform.PACKAGE_DIR.parent
     return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _carry_pins(cell: JitRow, promoted: KernelSpec, dest: Path) -> None:
+    """The cell's pinned configs (tune, in the local store) into the op folder's tuned/, keyed by the shipped
+    file's digest. After the row's files: a promote killed in between ships the row untuned, never a pin
+    without its row."""
+    old = cell.untuned_digest()
+    if old is None or cell.space() is None:
+        return
+    from rapid_llm.kernels.registry import pins
+
+    new = promoted.target.untuned_digest()
+    if new is not None:
+        pins.carry(old, dest, new, promoted.op, promoted.name)
 
 
 def _default_group(op: str, source: Path) -> str:
@@ -189,6 +203,8 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     files = {} if _spec.library_declares(spec.op) else _declaration_files(spec.op, group, package, replace)
     files[dest] = shipped_text  # last: a row is never on disk without its op
     op_writes.write_all(ops_dir, files)  # all of them or none, killed or not
-    _spec.register(row_from_header(fields, dest), replace=True)
+    promoted = row_from_header(fields, dest)
+    _carry_pins(target, promoted, dest)
+    _spec.register(promoted, replace=True)
     declaration = next((p for p in files if p.name == "__init__.py" and p.parent.name == spec.op), None)
     return Promotion(shipped, spec.op, dest, target.fn, golden, clobbers, declaration)

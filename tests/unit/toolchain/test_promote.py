@@ -5,6 +5,8 @@ tensors (a host loop), so it can be built, verified and shipped without a GPU.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
+from rapid_llm.kernels import platform
 from rapid_llm.kernels.toolchain import jit, jit_row
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification import remembered
@@ -274,3 +277,26 @@ def test_promote_refuses_a_folder_that_is_not_a_package(cell_row, tmp_path):
                                            r"kernels/ops/\)"):
         promote(row, package=tmp_path / "rapid_llm" / "kernels")
     assert not (tmp_path / "rapid_llm").exists()
+
+
+def test_a_tuned_cell_ships_with_its_pins(cell_row, package, tmp_path, monkeypatch):
+    """A cell that declares a space and was tuned (a pin in the local store) is promoted with that pin, keyed by the
+    shipped file's digest in the op folder's tuned/, so the shipped row builds the same variant."""
+    from rapid_llm.kernels.registry import pins
+
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
+    row = cell_row()
+    source = spec.get_row(row).target.source
+    source.write_text('// rapid_llm tune: {"UNROLL": [1, 2]}\n' + source.read_text())
+    target = spec.get_row(row).target
+    module = jit.build_jit("twice_cell", source, builder="fast").module
+    spec.register(dataclasses.replace(spec.get_row(row), target=jit_row.JitRow(
+        source, "twice", launcher=module.twice, digest=jit_row.source_digest(source.read_text()))), replace=True)
+    assert verify(row).passed
+    kind = pins.current_kind()
+    pins.pin(source, "twice", row, target.untuned_digest(), kind, {"UNROLL": 2}, tuned_us=1.0, untuned_us=2.0)
+    done = promote(row, name="twice", package=package)
+    table = done.path.parent / "tuned" / f"{platform.slug(kind)}.json"
+    shipped = spec.get_row("jit/twice").target
+    entry = json.loads(table.read_text())["pins"][shipped.untuned_digest()]
+    assert entry["config"] == {"UNROLL": 2} and entry["row"] == "jit/twice" and entry["untuned_us"] == 2.0
