@@ -1,0 +1,1 @@
+"""Mixture-of-experts ops: one folder per op (its declaration, reference, rows and figures)."""

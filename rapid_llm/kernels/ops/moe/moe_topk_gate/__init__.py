@@ -1,0 +1,36 @@
+"""moe_topk_gate: the op's declaration (MoE routing: a softmax or sigmoid gate, top-k experts, grouped top-k
+with DeepSeek-V3's correction bias). Its .cu row (moe_topk_gate.cu, beside this file) declares itself."""
+from rapid_llm.kernels.ops.moe.moe_topk_gate import reference as moe_topk_gate_reference
+from rapid_llm.kernels.registry.opdecl import define_op
+from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
+
+_PACKAGE = "rapid_llm.kernels.ops.moe.moe_topk_gate"
+_DTYPES = ("bf16", "fp16", "fp32")
+
+#: The op, read by the registry (rapid_llm.kernels.registry.spec).
+DECLARATION = define_op(
+    "moe_topk_gate",
+    doc="(weights [T, k] fp32, ids [T, k] int32) = each token's k best experts by softmax or sigmoid score "
+        "(+ bias for the choice; grouped top-k as DeepSeek-V3), best first, ties to the lower expert / group id; "
+        "weights the unbiased scores, renormalised to sum 1 when asked",
+    reference=moe_topk_gate_reference.REFERENCE,
+    bench=moe_topk_gate_reference.bench_case,
+    token_numel=moe_topk_gate_reference.DSV3_EXPERTS,
+    forms=moe_topk_gate_reference.FORMS,
+    form_of=moe_topk_gate_reference.form_of,
+    # Functional: out_weights / out_ids are the eager op's (K.moe_topk_gate); the custom op returns new tensors.
+    schema="(Tensor logits, int k, str scoring=\"softmax\", bool renormalize=True, Tensor? bias=None, "
+           "int num_groups=1, int topk_groups=1) -> (Tensor, Tensor)",
+    rows=[
+        KernelSpec(
+            name="native/moe_topk_gate",
+            target=f"{_PACKAGE}.native:moe_topk_gate",
+            dtypes=_DTYPES,
+            devices=("cpu", "cuda"),
+            golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/moe_topk_gate"),
+            priority=0,
+            graph_safe=True,
+            description="fp32 scores, stable descending sorts for the tie rule: the floor, runs everywhere",
+        ),
+    ],
+)
