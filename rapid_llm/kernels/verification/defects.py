@@ -75,6 +75,8 @@ DEFECT_KINDS = {
     "deferred_work": "the result was written after the call returned (a host thread, or a stream nobody waits on)",
     "other_stream": "the work was not ordered on the current stream",
     "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
+    "wrote_outside_slots": "a scatter changed a slot its mapping does not name (verification.scatter_mode)",
+    "wrote_padding": "a scatter wrote a padded token's row (slot -1) into the tensor (verification.scatter_mode)",
 }
 POISON_BYTE = 0xFF  # all-ones: NaN in fp16, bf16, fp32 and fp64
 CANARY_BYTE = 0xA5  # a finite, odd-looking value in every float type
