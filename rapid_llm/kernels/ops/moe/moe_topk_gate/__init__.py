@@ -32,5 +32,17 @@ DECLARATION = define_op(
             graph_safe=True,
             description="fp32 scores, stable descending sorts for the tie rule: the floor, runs everywhere",
         ),
+        KernelSpec(
+            name="triton/moe_topk_gate",
+            target=f"{_PACKAGE}.triton:moe_topk_gate",
+            available="rapid_llm.kernels.toolchain.triton_support:available",
+            dtypes=_DTYPES,
+            devices=("cuda", "cpu"),
+            # Verified on the CPU under Triton's interpreter (routing mode); a GPU run re-verifies it.
+            golden=GoldenRecord(verified=True, max_abs_diff=1.1920928955078125e-07,
+                                baseline="native/moe_topk_gate"),
+            graph_safe=True,
+            description="a block of tokens per program, k picks of max then lowest index: every option served",
+        ),
     ],
 )
