@@ -7,7 +7,8 @@ swapped pair of ids is a different routing even when every weight is within tole
 - **ids** equal the float64 oracle's position for position, under the op's tie rule (a higher choice score
   first; among equal scores the lower expert id, among equal group scores the lower group id). A row whose
   ids differ only where the oracle's scores are exactly equal broke a tie the other way:
-  ``tie_broken_differently``. Any other difference is ``wrong_experts`` (an id outside [0, E), an expert
+  ``tie_broken_differently``, and so is a row equal to the oracle's ids under the tie rule reversed (a
+  tie between groups changes every id after it). Any other difference is ``wrong_experts`` (an id outside [0, E), an expert
   twice, or one whose score is not the oracle's). Where two scores differ by less than an fp32 row can
   resolve (the rounding of the score and its bias, which the op's ``view`` states per expert), either
   order is accepted and counted: the oracle in float64 sees an order fp32 cannot promise. Such a row may
@@ -46,7 +47,9 @@ class RoutingView(NamedTuple):
 
     ``scores``: the unbiased scores the weights are made of; ``choice``: what the experts are ranked by
     (score + bias; experts of groups out of the choice at -inf; NaN as -inf); ``slack``: per expert, how far
-    an fp32 row's choice value may be from the exact one; ``cond``: the weights' error factor (1 + |z|).
+    an fp32 row's choice value may be from the exact one; ``cond``: the weights' error factor (1 + |z|);
+    ``reversed_ids`` [T, k]: the oracle's ids under the tie rule reversed (the higher expert and group id
+    first), or None: a row equal to them broke its ties the other way, group ties included.
     """
 
     k: int
@@ -55,6 +58,7 @@ class RoutingView(NamedTuple):
     choice: torch.Tensor
     slack: torch.Tensor
     cond: torch.Tensor
+    reversed_ids: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,12 @@ class RoutingOutput:
         srt = torch.sort(g, dim=1).values
         dup = (srt[:, 1:] == srt[:, :-1]).any(1) if k > 1 else torch.zeros(tokens, dtype=torch.bool, device=dev)
         wrong_row = (differ & ~tie_pos & ~near_pos).any(1) | dup | (~valid).any(1)
+        reversed_rule = torch.zeros(tokens, dtype=torch.bool, device=dev)
+        if v.reversed_ids is not None:  # a tie between groups changes every id after it: compare the whole row
+            reversed_rule = differ.any(1) & (gi == v.reversed_ids.to(dev, torch.float64)).all(1)
+            wrong_row = wrong_row & ~reversed_rule
+            tie_pos = tie_pos | (differ & reversed_rule.unsqueeze(1))
+            near_pos = near_pos & ~reversed_rule.unsqueeze(1)
         # A row that resolved a near tie the other way shifts the ids after it, and those may land on exact ties
         # (scores that underflowed to 0 in both): only a row whose every difference is an exact tie broke one.
         near_row = ~wrong_row & near_pos.any(1)

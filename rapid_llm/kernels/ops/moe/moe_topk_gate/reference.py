@@ -196,7 +196,10 @@ def view(logits: torch.Tensor, k: int, scoring: str = "softmax", renormalize: bo
         eligible = (group >= last_kept - group_slack) | (group == last_kept)
         mask = eligible.repeat_interleave(size, dim=1)
         choice = torch.where(mask, choice, torch.full_like(choice, -math.inf))
-    return RoutingView(k, renormalize, scores, choice, slack, cond)
+    flipped = (logits.flip(-1), k, scoring, renormalize, None if bias is None else bias.flip(-1), num_groups,
+               topk_groups)
+    reversed_ids = logits.shape[-1] - 1 - oracle_ids(flipped) if logits.shape[0] else None
+    return RoutingView(k, renormalize, scores, choice, slack, cond, reversed_ids)
 
 
 def call(fn: Any, logits: torch.Tensor, k: int, scoring: str = "softmax", renormalize: bool = True,
