@@ -211,8 +211,8 @@ class ScatterWrite:
                 if c("fp8 targets") else "")
         lines = [f"scatter: {c('slots written')} slots written ({c('elements written')} elements), "
                  f"{c('written elements wrong')} wrong{step}; elements outside them changed: "
-                 f"{c('wrote_outside_slots elements') + c('wrote_padding elements')} of "
-                 f"{c('elements outside the written slots')}"]
+                 f"{c('wrote_outside_slots elements')} of {c('elements outside the written slots')}; elements "
+                 f"holding a padded token's row: {c('wrote_padding elements')}"]
         for kind in SCATTER_DEFECTS:
             if c(f"{kind} slots"):
                 lines.append(f"{kind}: {c(f'{kind} elements')} elements in {c(f'{kind} slots')} slots")
