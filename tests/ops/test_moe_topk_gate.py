@@ -8,11 +8,13 @@ torch.compile, and the CUDA row's status.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 import rapid_llm.kernels as K
+from rapid_llm.kernels import platform
 from rapid_llm.kernels.ops.moe.moe_topk_gate import native, reference
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
@@ -231,3 +233,32 @@ def test_fullgraph_compile_of_a_function_calling_the_gate():
     w, ids = compiled(logits, bias)
     want_w, want_ids = route(logits, bias)
     assert torch.equal(ids, want_ids) and torch.equal(w, want_w)
+
+
+# ------------------------------------------------------------------ the CUDA row
+
+
+CU = Path(native.__file__).with_name("moe_topk_gate.cu")
+
+
+def test_the_cuda_row_is_declared_unverified_and_says_so_on_its_first_line():
+    row_spec = spec.get_row("jit/moe_topk_gate")
+    assert row_spec.golden.verified is False and row_spec.devices == ("cuda",)  # never run: not dispatched
+    first = CU.read_text().splitlines()[0]
+    assert "jit/moe_topk_gate" in first and "golden unverified" in first
+    from rapid_llm.kernels.toolchain.jit_row import read_header
+
+    assert read_header(CU.read_text(), str(CU)) is None  # not a self-declared row: no out rule fits two outputs
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"^moe_topk_gate: the CUDA row runs on cuda tensors, got cpu$"):
+            row("jit/moe_topk_gate")(torch.randn(2, 8), 2)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or not platform.supported_archs(),
+                    reason="compile checks need g++ and nvcc (not found, or it targets no supported arch)")
+def test_the_cuda_row_compiles_for_every_supported_arch():
+    from rapid_llm.kernels.toolchain import jit
+
+    archs = [a for a in platform.SUPPORTED_ARCHS if a in platform.supported_archs()]
+    report = jit.compile_check(CU, archs)
+    assert list(report.kernels) == archs and all(n > 0 for n in report.kernels.values()), report.kernels

@@ -27,10 +27,11 @@ def _outputs(weights: torch.Tensor, ids: torch.Tensor, out_weights: torch.Tensor
     return weights, ids.to(torch.int32)
 
 
-def gate_higher_id_wins(logits, k, scoring="softmax", renormalize=True, bias=None, num_groups=1, topk_groups=1,
+def gate_higher_id_wins(logits, k, scoring="softmax", renormalize=True, bias=None, num_groups=1, topk_groups=1, *,
                         out_weights=None, out_ids=None):
     """The floor with every ranking reversed among equal values: the higher expert (and group) id first."""
-    native.check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights, out_ids)
+    native.check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights=out_weights,
+                 out_ids=out_ids)
     scores = native.scores_of(logits, scoring)
     # Ranked on the experts in reverse order (groups reversed with them), then mapped back: the floor's
     # stable sort now keeps the higher id first among equal values.
@@ -40,9 +41,10 @@ def gate_higher_id_wins(logits, k, scoring="softmax", renormalize=True, bias=Non
 
 
 def gate_drops_renormalisation(logits, k, scoring="softmax", renormalize=True, bias=None, num_groups=1,
-                               topk_groups=1, out_weights=None, out_ids=None):
+                               topk_groups=1, *, out_weights=None, out_ids=None):
     """The floor's choice, its weights never divided by their sum."""
-    native.check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights, out_ids)
+    native.check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights=out_weights,
+                 out_ids=out_ids)
     scores = native.scores_of(logits, scoring)
     ids = native.choose(scores, k, bias, num_groups, topk_groups)
     return _outputs(native.weights_of(scores, ids, False), ids, out_weights, out_ids)
@@ -72,13 +74,14 @@ def _higher_id_kernel(logits_ptr, w_ptr, ids_ptr, experts, K: tl.constexpr, BLOC
 
 
 def gate_higher_id_wins_triton(logits, k, scoring="softmax", renormalize=True, bias=None, num_groups=1,
-                               topk_groups=1, out_weights=None, out_ids=None):
+                               topk_groups=1, *, out_weights=None, out_ids=None):
     """The kernel for softmax, renormalised, ungrouped calls without bias; the same defect in plain torch for
     the rest (verify's cases cover every option, and a crash would hide the defect's name)."""
-    native.check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights, out_ids)
+    native.check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights=out_weights,
+                 out_ids=out_ids)
     if scoring != "softmax" or not renormalize or bias is not None or num_groups != 1:
-        return gate_higher_id_wins(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights,
-                                   out_ids)
+        return gate_higher_id_wins(logits, k, scoring, renormalize, bias, num_groups, topk_groups,
+                                   out_weights=out_weights, out_ids=out_ids)
     tokens, experts = logits.shape
     logits = logits.contiguous()
     weights = out_weights if out_weights is not None else torch.empty(tokens, k, device=logits.device)

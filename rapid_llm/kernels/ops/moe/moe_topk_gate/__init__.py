@@ -1,5 +1,6 @@
 """moe_topk_gate: the op's declaration (MoE routing: a softmax or sigmoid gate, top-k experts, grouped top-k
-with DeepSeek-V3's correction bias). Its .cu row (moe_topk_gate.cu, beside this file) declares itself."""
+with DeepSeek-V3's correction bias). Its CUDA row, moe_topk_gate.cu, is declared here through cuda_row.py: its two
+outputs (fp32 weights, int32 ids) fit none of the out rules a self-declaring .cu row is called by."""
 from rapid_llm.kernels.ops.moe.moe_topk_gate import reference as moe_topk_gate_reference
 from rapid_llm.kernels.registry.opdecl import define_op
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
@@ -43,6 +44,18 @@ DECLARATION = define_op(
                                 baseline="native/moe_topk_gate"),
             graph_safe=True,
             description="a block of tokens per program, k picks of max then lowest index: every option served",
+        ),
+        KernelSpec(
+            name="jit/moe_topk_gate",
+            # moe_topk_gate.cu behind the op's convention: two outputs of other dtypes fit no out rule.
+            target=f"{_PACKAGE}.cuda_row:moe_topk_gate",
+            available="rapid_llm.kernels.toolchain.jit:available",
+            dtypes=_DTYPES,
+            devices=("cuda",),
+            # Compiled for sm_80 / sm_90 / sm_100, never run: unverified until verify passes on a GPU.
+            golden=GoldenRecord(verified=False),
+            graph_safe=True,
+            description="moe_topk_gate.cu: a warp per token, experts in registers, k warp picks under the tie rule",
         ),
     ],
 )

@@ -32,7 +32,7 @@ MAX_EXPERTS = 256
 
 
 def check(logits: torch.Tensor, k: int, scoring: str = "softmax", renormalize: bool = True,
-          bias: torch.Tensor | None = None, num_groups: int = 1, topk_groups: int = 1,
+          bias: torch.Tensor | None = None, num_groups: int = 1, topk_groups: int = 1, *,
           out_weights: torch.Tensor | None = None, out_ids: torch.Tensor | None = None) -> None:
     """moe_topk_gate's argument checks, every path's: shapes, dtypes and the grouping, never the values."""
     a.tensor(OP, "logits", logits)
@@ -126,12 +126,12 @@ def weights_of(scores: torch.Tensor, ids: torch.Tensor, renormalize: bool) -> to
 
 
 def moe_topk_gate(logits: torch.Tensor, k: int, scoring: str = "softmax", renormalize: bool = True,
-                  bias: torch.Tensor | None = None, num_groups: int = 1, topk_groups: int = 1,
+                  bias: torch.Tensor | None = None, num_groups: int = 1, topk_groups: int = 1, *,
                   out_weights: torch.Tensor | None = None,
                   out_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights [T, k] fp32, ids [T, k] int32): each token's k experts, best first, under the tie rule of the
     module docstring; into out_weights / out_ids where given."""
-    check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights, out_ids)
+    check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights=out_weights, out_ids=out_ids)
     scores = scores_of(logits, scoring)
     ids = choose(scores, k, bias, num_groups, topk_groups)
     weights = weights_of(scores, ids, renormalize)

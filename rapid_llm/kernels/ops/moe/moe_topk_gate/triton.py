@@ -93,11 +93,11 @@ def _gate_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, stride_l
 
 
 def moe_topk_gate(logits: torch.Tensor, k: int, scoring: str = "softmax", renormalize: bool = True,
-                  bias: torch.Tensor | None = None, num_groups: int = 1, topk_groups: int = 1,
+                  bias: torch.Tensor | None = None, num_groups: int = 1, topk_groups: int = 1, *,
                   out_weights: torch.Tensor | None = None,
                   out_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The floor's contract (any strides); this wrapper is the row's launcher and runs the op's checks first."""
-    check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights, out_ids)
+    check(logits, k, scoring, renormalize, bias, num_groups, topk_groups, out_weights=out_weights, out_ids=out_ids)
     arguments.runs_on(OP, "Triton", ("cuda", "cpu"), logits)
     tokens, experts = logits.shape
     weights = out_weights if out_weights is not None else torch.empty((tokens, k), dtype=torch.float32,
