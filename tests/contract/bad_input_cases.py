@@ -135,6 +135,17 @@ def _merge(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> tupl
             _r(gen, t, h, d, dtype=dtype), _r(gen, h, t)], {}
 
 
+def _kv_cache(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> tuple[list, dict]:
+    blocks, block_size, h, d = rng.choice([1, 2, 3]), rng.choice([1, 4, 16]), rng.choice([1, 2]), rng.choice([4, 8, 16])
+    t = min(rng.choice([0, 1, 5]), blocks * block_size)
+    slots = torch.randperm(blocks * block_size, generator=gen)[:t]
+    slots[rng.randrange(2)::3] = -1  # padding
+    cache = FP8 if rng.random() < 0.3 else dtype
+    return [_r(gen, t, h, d, dtype=dtype, scale=3.0), _r(gen, t, h, d, dtype=dtype, scale=3.0),
+            _r(gen, blocks, block_size, h, d).to(cache), _r(gen, blocks, block_size, h, d).to(cache), slots,
+            torch.tensor([0.05]), torch.tensor([0.5])], {}
+
+
 def _moe(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> tuple[list, dict]:
     t, e = rng.choice([0, 1, 3, 5]), rng.choice([8, 16, 64])
     logits = _r(gen, t, e, dtype=dtype, scale=2.0)
@@ -175,6 +186,9 @@ OPS: dict[str, OpShape] = {
                                  (2, 4), alias=((0, 2), (0, 4), (1, 3), (1, 0))),
     "moe_topk_gate": OpShape(_moe, ("logits", "k", "scoring", "renormalize", "bias", "num_groups", "topk_groups"),
                              (), (), (0,)),
+    "reshape_and_cache_flash": OpShape(_kv_cache, ("key", "value", "key_cache", "value_cache", "slot_mapping",
+                                                   "k_scale", "v_scale"), (), (2, 3), (0, 1),
+                                       alias=((3, 2), (2, 0))),
 }
 
 
