@@ -194,7 +194,6 @@ def _call(**changed):
 BAD = {
     "a slot past the cache": (dict(slot_mapping=torch.tensor([0, 5, -1, 8])), "holds slot 8, outside [-1, 8)"),
     "a slot below -1": (dict(slot_mapping=torch.tensor([0, -2, -1, 7])), "holds slot -2, outside [-1, 8)"),
-    "one slot twice": (dict(slot_mapping=torch.tensor([5, 1, -1, 5])), "holds slot 5 twice (tokens 0 and 3)"),
     "int32 slots": (dict(slot_mapping=torch.tensor([0, 5, -1, 7], dtype=torch.int32)), "slot_mapping must be int64"),
     "value_cache is key_cache": (dict(value_cache=lambda a: a["key_cache"]), "must not share memory with"),
     "key inside key_cache": (dict(key=lambda a: a["key_cache"][0]), "key_cache is written and must not share"),

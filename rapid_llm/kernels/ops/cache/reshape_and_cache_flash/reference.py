@@ -132,7 +132,7 @@ def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -
 def written_rows(x: torch.Tensor, scale: torch.Tensor, fp8: bool) -> torch.Tensor:
     """What each token's row becomes in the cache, float64 [T, H * D]: x itself, or its exact fp8 rounding of
     x / scale, clamped to +-448 (one rounding, ties to even; NaN kept)."""
-    x = x.to(torch.float64).reshape(x.shape[0], -1)
+    x = x.to(torch.float64).reshape(x.shape[0], x.shape[1] * x.shape[2])
     if not fp8:
         return x
     return round_to_e4m3((x / scale.to(torch.float64).reshape(())).clamp(-FP8_MAX, FP8_MAX))
