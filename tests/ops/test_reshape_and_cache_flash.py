@@ -248,3 +248,26 @@ def test_fullgraph_compile_keeps_the_cache_write():
     assert torch.equal(got, want)
     assert torch.equal(compiled[2], eager[2]) and torch.equal(compiled[3], eager[3])
     assert not torch.equal(compiled[2], args[2])  # it wrote
+
+
+#: The conditions the CUDA launcher checks itself (slot values and aliasing are the op's checks, which its call
+#: path runs first): its words must be the floor's.
+LAUNCHER_CONDITIONS = ("int32 slots", "a cache of another head size", "a bf16 cache for fp32 keys", "an fp16 scale",
+                       "two scales in one", "2-D key")
+
+
+@pytest.mark.parametrize("condition", LAUNCHER_CONDITIONS)
+def test_the_cuda_launcher_refuses_in_the_floors_words(condition):
+    """The .cu launcher checks shapes and dtypes before the device, so its words are compared here, on CPU
+    tensors, with the launcher built by the host compiler (its kernels never run)."""
+    import shutil
+
+    if shutil.which("g++") is None or shutil.which("nvcc") is None:
+        pytest.skip("building the launcher needs g++ and the CUDA toolkit's headers (nvcc)")
+    launcher = spec.get_row(f"jit/{OP}").target.launcher()
+    args = _call(**BAD[condition][0])
+    with pytest.raises(ValueError) as expected:
+        spec.native_row(OP).load()(*args)
+    with pytest.raises(ValueError) as caught:
+        launcher(*args)
+    assert str(caught.value) == str(expected.value)
