@@ -5,7 +5,8 @@ sigmoid, the choice on score + bias, grouped top-k (a group's score the sum of i
 the topk_groups best groups kept, equal group scores to the lower group id), k experts best first, equal
 choice values to the lower expert id, NaN as -inf, weights the unbiased scores (renormalised when asked).
 Each of the k picks is a max, then the lowest index holding it, over a [tokens, experts] tile: no sort, no
-order left to the hardware. Every option is served (softmax and sigmoid, bias, groups, renormalize), any
+order left to the hardware. Groups are one [tokens, groups, experts of a group] view where E fills the tile
+and the groups are a power of two (DeepSeek-V3's 256 in 8), else a loop over the groups. Every option is served (softmax and sigmoid, bias, groups, renormalize), any
 strides. Runs on CUDA tensors, and on CPU tensors under TRITON_INTERPRET=1.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ TILE = 4096
 @triton.jit
 def _gate_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, stride_lt, stride_le, stride_wt, stride_wk,
                  stride_it, stride_ik, K: tl.constexpr, SIGMOID: tl.constexpr, RENORMALIZE: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, TOPK_GROUPS: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, TOPK_GROUPS: tl.constexpr, DENSE_GROUPS: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
     col = tl.arange(0, BLOCK_E)
@@ -48,7 +49,23 @@ def _gate_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, stride_l
     key = tl.where(choice != choice, float("-inf"), choice)
     # Tier: 0 a kept expert, 1 one of a dropped group, 2 a padding column: a lower tier always ranks first.
     tier = tl.where(e_ok[None, :], 0, 2) + tl.zeros(x.shape, tl.int32)
-    if GROUPS > 1:
+    if GROUPS > 1 and DENSE_GROUPS:
+        # E fills the tile and the groups are a power of two: [tokens, groups, experts of a group] in one view.
+        S: tl.constexpr = BLOCK_E // GROUPS
+        g3 = tl.reshape(key, (BLOCK_T, GROUPS, S))
+        c3 = tl.arange(0, S)
+        top1 = tl.max(g3, axis=2)
+        at1 = tl.min(tl.where(g3 == top1[:, :, None], c3[None, None, :], S), axis=2)
+        top2 = tl.max(tl.where(c3[None, None, :] == at1[:, :, None], float("-inf"), g3), axis=2)
+        gscore = top1 + top2
+        gscore = tl.where(gscore != gscore, float("-inf"), gscore)
+        gi = tl.arange(0, GROUPS)
+        better = (gscore[:, None, :] > gscore[:, :, None]) | \
+            ((gscore[:, None, :] == gscore[:, :, None]) & (gi[None, None, :] < gi[None, :, None]))
+        rank = tl.sum(better.to(tl.int32), axis=2)
+        dropped3 = tl.where(rank >= TOPK_GROUPS, 1, 0)[:, :, None] + tl.zeros((BLOCK_T, GROUPS, S), tl.int32)
+        tier = tl.maximum(tier, tl.reshape(dropped3, (BLOCK_T, BLOCK_E)))
+    elif GROUPS > 1:
         size = experts // GROUPS
         grp = col // size
         gcol = tl.arange(0, BLOCK_G)
@@ -112,6 +129,7 @@ def moe_topk_gate(logits: torch.Tensor, k: int, scoring: str = "softmax", renorm
         logits, bias_arg, weights, ids, tokens, experts, logits.stride(0), logits.stride(1), weights.stride(0),
         weights.stride(1), ids.stride(0), ids.stride(1), K=k, SIGMOID=scoring == "sigmoid",
         RENORMALIZE=renormalize, HAS_BIAS=bias is not None, GROUPS=num_groups, TOPK_GROUPS=topk_groups,
+        DENSE_GROUPS=block_e == experts and num_groups & (num_groups - 1) == 0,
         BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_G=triton.next_power_of_2(num_groups),
         BLOCK_K=triton.next_power_of_2(k), num_warps=4)
     return weights, ids
