@@ -37,15 +37,17 @@ def test_every_row_passes_the_routing_mode_on_cuda(name):
 @pytest.mark.parametrize("tokens", (1, 7, 128, 4096))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16, torch.float32))
 @pytest.mark.parametrize("name", ROWS)
-def test_deepseek_v3_gate_matches_the_floor_bit_for_bit_in_ids(name, dtype, tokens):
+def test_deepseek_v3_gate_passes_the_routing_mode_at_decode_and_prefill_sizes(name, dtype, tokens):
     fn = _runnable(name)
     args = R.dsv3(tokens, dtype, CUDA, torch.Generator().manual_seed(tokens))
     weights, ids = fn(*args)
-    want_w, want_ids = spec.get_row("native/moe_topk_gate").load()(*args)
-    assert torch.equal(ids, want_ids)
-    torch.testing.assert_close(weights, want_w, rtol=1e-6, atol=1e-7)
+    got = torch.cat([weights.double().flatten(), ids.double().flatten()])
+    counts: dict = {}
+    errs = R.REFERENCE.compare.errors(got, R.oracle(*[a.double() if isinstance(a, torch.Tensor) else a
+                                                      for a in args]), args, counts)
+    assert int((errs.diff > errs.allowed).sum()) == 0, R.REFERENCE.compare.summary(counts)
     ref_ids, _ = grouped_topk(args[0].float(), args[1], args[4], args[5], args[6])
-    assert (ids.long() == ref_ids).float().mean() > 0.99  # torch.topk differs only where bf16 logits tie
+    assert (ids.long() == ref_ids).float().mean() > 0.99  # torch.topk differs only where scores tie or nearly
 
 
 @pytest.mark.parametrize("name", ROWS)
