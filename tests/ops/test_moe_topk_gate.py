@@ -262,3 +262,17 @@ def test_the_cuda_row_compiles_for_every_supported_arch():
     archs = [a for a in platform.SUPPORTED_ARCHS if a in platform.supported_archs()]
     report = jit.compile_check(CU, archs)
     assert list(report.kernels) == archs and all(n > 0 for n in report.kernels.values()), report.kernels
+
+
+# ------------------------------------------------------------------ forms and dispatch
+
+
+def test_a_mixtral_call_is_its_own_form_and_explain_names_it():
+    mixtral = torch.randn(4, 8)
+    assert reference.form_of(mixtral, 2) == reference.MIXTRAL_FORM
+    assert reference.form_of(*dsv3(2)) is None  # DeepSeek-V3's gate: the bench case's form
+    assert reference.form_of("not a tensor", 2) is None  # never raises on a call it cannot read
+    text = str(K.explain(OP, mixtral, 2))
+    assert reference.MIXTRAL_FORM in text and "jit/moe_topk_gate" in text
+    case = spec.get_decl(OP).forms[reference.MIXTRAL_FORM](4096, torch.float32, torch.device("cpu"))
+    assert case.args[0].shape == (16, 8) and case.bytes_moved == 16 * 8 * 4 + 16 * 2 * 8
