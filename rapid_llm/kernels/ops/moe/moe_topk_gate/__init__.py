@@ -39,9 +39,10 @@ DECLARATION = define_op(
             available="rapid_llm.kernels.toolchain.triton_support:available",
             dtypes=_DTYPES,
             devices=("cuda", "cpu"),
-            # Verified on the CPU under Triton's interpreter (routing mode); a GPU run re-verifies it.
-            golden=GoldenRecord(verified=True, max_abs_diff=1.1920928955078125e-07,
-                                baseline="native/moe_topk_gate"),
+            # Verified on the CPU under Triton's interpreter by the routing mode (1.2e-7 from the floor there, ids
+            # equal). No diff against the floor is promised: a near tie that another exp resolves the other way
+            # (a GPU's) moves an id by up to E - 1 while the routing mode rightly passes it.
+            golden=GoldenRecord(verified=True, max_abs_diff=None, baseline="native/moe_topk_gate"),
             graph_safe=True,
             description="a block of tokens per program, k picks of max then lowest index: every option served",
         ),
