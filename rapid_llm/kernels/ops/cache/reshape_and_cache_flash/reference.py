@@ -93,7 +93,6 @@ def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -
     cases = [
         ("all padding (5 tokens, every slot -1)", case(5, slots=t(-1, -1, -1, -1, -1))),
         ("one token, slot 0", case(1, slots=t(0))),
-        ("one token, padding", case(1, slots=t(-1))),
         ("T = 19, block 16, 2 blocks to spare", case(19, num_blocks=3)),
         ("slots in the last block, the last slot included", case(4, num_blocks=3, slots=t(47, 32, -1, 40))),
         ("slots descending across blocks, padding first and last",
@@ -101,7 +100,6 @@ def edge_cases(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -
         ("every slot of the cache, shuffled", case(16, block_size=4, num_blocks=4,
                                                    slots=torch.randperm(16, generator=gen))),
         ("block_size 1", case(6, block_size=1, num_blocks=9)),
-        ("head_size 80, 3 heads, block 32", case(9, heads=3, head_size=80, block_size=32, num_blocks=2)),
         ("head_size 20 (no 16-byte runs), block 5", case(7, heads=1, head_size=20, block_size=5, num_blocks=3)),
         ("fp8 cache, scales 0.02 / 0.05", case(11, num_blocks=2, fp8=True, heads=4)),
         ("fp8 cache, values past 448 x scale saturate; tiny ones fp8 subnormals",
