@@ -113,6 +113,41 @@ def test_the_triton_rows_e4m3_rounding_is_torchs_cast_bit_for_bit():
     assert bool(((out[nan] & 0x7F) == 0x7F).all())
 
 
+_COMPILES_FOR_SM90 = """
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from rapid_llm.kernels.ops.cache.reshape_and_cache_flash.triton import _cache_kernel
+
+for dt in ("bf16", "fp16", "fp32"):
+    for fp8 in (False, True):
+        p, c = "*" + dt, ("*u8" if fp8 else "*" + dt)
+        sig = {"key_ptr": p, "value_ptr": p, "kc_ptr": c, "vc_ptr": c, "slot_ptr": "*i64", "ks_ptr": "*fp32",
+               "vs_ptr": "*fp32"}
+        sig.update({n: "i64" for n in ("heads", "head_size", "block_size", "num_slots", "k_t", "k_h", "k_d", "v_t",
+                                       "v_h", "v_d", "kc_b", "kc_o", "kc_h", "kc_d", "vc_b", "vc_o", "vc_h", "vc_d")})
+        sig.update({n: "constexpr" for n in ("FP8", "BLOCK_H", "BLOCK_D")})
+        ptx = compile(ASTSource(_cache_kernel, sig, constexprs={"FP8": fp8, "BLOCK_H": 8, "BLOCK_D": 128}),
+                      target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": True}).asm["ptx"]
+        assert not fp8 or ("div.rn.f32" in ptx and "div.full" not in ptx), "x / scale must be IEEE-rounded"
+print("ok")
+"""
+
+
+def test_the_triton_kernel_compiles_for_sm90_with_an_ieee_division():
+    """What the interpreter cannot show: the kernel compiles for an H100 (fp fusion on, as Inductor compiles user
+    kernels), every dtype and both cache forms, and divides by the scale with div.rn (Triton's ``/`` is
+    div.full.f32, up to 2 ulps off, which can move a value across an e4m3 rounding boundary)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # a real compile, not the interpreter
+    out = subprocess.run([sys.executable, "-c", _COMPILES_FOR_SM90], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
 # ------------------------------------------------------------------ the scatter mode
 
 

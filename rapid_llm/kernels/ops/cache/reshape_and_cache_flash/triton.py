@@ -2,7 +2,8 @@
 
 Runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1`` (how CI checks this row without a GPU).
 Takes any strides (key and value sliced out of a fused qkv, caches as the halves of one kv buffer). An fp8
-cache gets ``x / scale`` clamped to +-448 and rounded to e4m3 (nearest, ties to even) in integer arithmetic on
+cache gets ``x / scale`` (an IEEE division, ``div_rn``: Triton's ``/`` is not correctly rounded on a GPU) clamped
+to +-448 and rounded to e4m3 (nearest, ties to even) in integer arithmetic on
 the fp32 bits, stored as bytes: the interpreter's float32 -> fp8 cast is wrong (see scaled_fp8_quant's Triton
 row), and this way both run the same rounding.
 """
@@ -55,7 +56,8 @@ def _write_row(src_ptr, src_t, src_h, src_d, dst_ptr, dst_h, dst_d, token, dst_r
             x = tl.load(src_ptr + token * src_t + h[:, None] * src_h + d[None, :] * src_d, mask=mask)
             dst = dst_ptr + dst_row + h[:, None] * dst_h + d[None, :] * dst_d
             if FP8:
-                tl.store(dst, _e4m3_bits(x.to(tl.float32) / scale).to(tl.uint8), mask=mask)
+                q = tl.math.div_rn(x.to(tl.float32), tl.full(x.shape, 0.0, tl.float32) + scale)  # IEEE, as every row
+                tl.store(dst, _e4m3_bits(q).to(tl.uint8), mask=mask)
             else:
                 tl.store(dst, x, mask=mask)
 
