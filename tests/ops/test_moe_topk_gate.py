@@ -7,7 +7,11 @@ torch.compile, and the CUDA row's status.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -276,3 +280,38 @@ def test_a_mixtral_call_is_its_own_form_and_explain_names_it():
     assert reference.MIXTRAL_FORM in text and "jit/moe_topk_gate" in text
     case = spec.get_decl(OP).forms[reference.MIXTRAL_FORM](4096, torch.float32, torch.device("cpu"))
     assert case.args[0].shape == (16, 8) and case.bytes_moved == 16 * 8 * 4 + 16 * 2 * 8
+
+
+# ------------------------------------------------------------------ the Triton row compiled for a GPU
+
+
+#: The Triton kernel compiled for sm_90 (no GPU needed): DeepSeek-V3's grouped path in one view, the loop over
+#: groups, and Mixtral's ungrouped softmax; the interpreter runs none of Triton's GPU lowering.
+_COMPILE_FOR_SM90 = textwrap.dedent("""
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from rapid_llm.kernels.ops.moe.moe_topk_gate.triton import _gate_kernel
+
+target = GPUTarget("cuda", 90, 32)
+names = ("logits_ptr", "bias_ptr", "w_ptr", "ids_ptr", "tokens", "experts", "stride_lt", "stride_le", "stride_wt",
+         "stride_wk", "stride_it", "stride_ik")
+for dt, k, sigmoid, bias, groups, keep, dense, block_e in (("bf16", 8, True, True, 8, 4, True, 256),
+                                                          ("fp16", 6, True, False, 4, 2, False, 64),
+                                                          ("fp32", 2, False, False, 1, 1, False, 8)):
+    sig = dict(zip(names, ("*" + dt, "*fp32", "*fp32", "*i32", "i64", "i32", "i64", "i64", "i64", "i64", "i64",
+                           "i64")))
+    consts = {"K": k, "SIGMOID": sigmoid, "RENORMALIZE": True, "HAS_BIAS": bias, "GROUPS": groups,
+              "TOPK_GROUPS": keep, "DENSE_GROUPS": dense, "BLOCK_T": 16, "BLOCK_E": block_e,
+              "BLOCK_G": max(1, groups), "BLOCK_K": 8 if k > 4 else (2 if k <= 2 else 4)}
+    sig.update({n: "constexpr" for n in consts})
+    compile(ASTSource(_gate_kernel, sig, constexprs=consts), target=target)
+print("ok")
+""")
+
+
+def test_the_triton_kernel_compiles_for_sm90_in_each_path():
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # a real compile, not the interpreter
+    out = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]
