@@ -211,6 +211,18 @@ def test_the_mode_tells_a_broken_tie_from_wrong_experts_and_a_missing_renormalis
     assert unnormalised["not_renormalised"] == 1 and unnormalised["bad"] == 2
 
 
+
+def test_a_near_tie_within_fp32_rounding_is_allowed_either_way_and_counted():
+    """Scores 1e-9 apart: an fp32 row cannot tell them apart (fp32 ulp of 0.5: 6e-8), so either order passes;
+    10 ulps apart is a real order, and the other one is wrong_experts."""
+    near = (torch.tensor([[0.0, 2e-9, -5.0]], dtype=torch.float64), 1, "sigmoid", False, None, 1, 1)
+    taken = _judge([[0.5]], [[0]], near)
+    assert taken["near ties"] == 1 and taken["bad"] == 0 and taken["wrong_experts"] == 0
+    apart = (torch.tensor([[0.0, 2.4e-6, -5.0]], dtype=torch.float64), 1, "sigmoid", False, None, 1, 1)
+    wrong = _judge([[0.5]], [[0]], apart)
+    assert wrong["wrong_experts"] == 1 and wrong["bad"] >= 1
+
+
 # ------------------------------------------------------------------ the custom op and torch.compile
 
 
