@@ -137,12 +137,16 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
     first = valid.to(torch.int32).argmax().reshape(1)  # the first written token (0 when none is); a 1-d index
     any_valid = valid.index_select(0, first)               # never becomes a host int, traced or not
     slots = torch.where(valid, slot_mapping, torch.where(any_valid, slot_mapping.index_select(0, first), 0))
-    blocks, offsets = slots // g.block_size, slots % g.block_size
     for x, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
         rows = _bits(quantise(x, scale) if g.fp8 else x)  # [T, H, D], the cache's bits
         stand_in = torch.where(any_valid[:, None, None], rows.index_select(0, first), _bits(cache)[0, :1])
         rows = torch.where(valid[:, None, None], rows, stand_in)
-        _bits(cache).index_put_((blocks, offsets), rows)
+        bits = _bits(cache)
+        if cache.shape[0] == 1 or cache.stride(0) == cache.shape[1] * cache.stride(1):
+            # block and offset merge into one slot dim: index_copy_, about half index_put_'s time on a CPU
+            bits.view(g.num_slots, g.heads, g.head_size).index_copy_(0, slots, rows)
+        else:  # blocks further apart than their slots (the halves of one kv buffer): index by block and offset
+            bits.index_put_((slots // g.block_size, slots % g.block_size), rows)
     return None
 
 
