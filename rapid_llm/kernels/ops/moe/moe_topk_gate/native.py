@@ -104,14 +104,12 @@ def choose(scores: torch.Tensor, k: int, bias: torch.Tensor | None, num_groups: 
         group_score = best2[..., 0] + best2[..., 1]
         kept = _rank(group_score)[:, :topk_groups]
         keep = torch.zeros(tokens, num_groups, dtype=torch.bool, device=choice.device).scatter_(1, kept, True)
-        # Out of the choice: below every kept expert, NaN included (whose key is -inf, and which a lower id wins).
-        neg = torch.full_like(grouped, -torch.inf)
-        choice = torch.where(keep.unsqueeze(-1), torch.nan_to_num(grouped, nan=-torch.inf), neg).view(tokens, experts)
-        order = torch.sort(torch.where(keep.unsqueeze(-1).expand_as(grouped).reshape(tokens, experts),
-                                       torch.zeros_like(choice), torch.ones_like(choice)), dim=-1, stable=True).indices
-        # Rank the kept experts first (in id order), then by choice value: a kept expert at -inf still beats
-        # every expert of a dropped group.
-        ranked = torch.gather(order, -1, _rank(torch.gather(choice, -1, order)))
+        dropped = (~keep).repeat_interleave(experts // num_groups, dim=1)
+        # The kept experts first, each part in id order; ranked by choice value from there, a stable sort keeps a
+        # kept expert at -inf (or NaN) ahead of every expert of a dropped group.
+        order = torch.sort(dropped.to(torch.uint8), dim=-1, stable=True).indices
+        key = torch.where(dropped, torch.full_like(choice, -torch.inf), choice)
+        ranked = torch.gather(order, -1, _rank(torch.gather(key, -1, order)))
         return ranked[:, :k]
     return _rank(choice)[:, :k]
 
