@@ -25,6 +25,22 @@ from tests.reference import assert_by_compare_mode
 OP = "reshape_and_cache_flash"
 DEFECTS = "tests.unit.verification.defects.cache_defects"
 
+# A kernel storing the Triton row's e4m3 bits of each fp32 value, at module level: Triton finds a kernel's helpers
+# among its module's globals.
+try:
+    import triton
+    import triton.language as tl
+
+    from rapid_llm.kernels.ops.cache.reshape_and_cache_flash.triton import _e4m3_bits
+
+    @triton.jit
+    def _encode(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, _e4m3_bits(tl.load(x_ptr + offs, mask=mask)).to(tl.uint8), mask=mask)
+except ImportError:
+    _encode = None
+
 
 def cpu_rows() -> dict[str, object]:
     cpu = torch.device("cpu")
@@ -75,29 +91,14 @@ def test_rows_agree_with_the_oracle_on_an_fp8_cache_with_saturation(dtype):
         assert counts["slots written"] == 2 * int((args[4] >= 0).sum()), counts
 
 
-def _encode_kernel():
-    """A kernel storing the Triton row's e4m3 bits of each fp32 value (defined here: Triton resolves a kernel's
-    helpers among its module's globals)."""
-    global _e4m3_bits
-    import triton
-    import triton.language as tl
-
-    from rapid_llm.kernels.ops.cache.reshape_and_cache_flash.triton import _e4m3_bits
-
-    @triton.jit
-    def encode(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, _e4m3_bits(tl.load(x_ptr + offs, mask=mask)).to(tl.uint8), mask=mask)
-
-    return encode
-
-
 def test_the_triton_rows_e4m3_rounding_is_torchs_cast_bit_for_bit():
     """Every fp32 value on the e4m3 grid, every midpoint between neighbours (ties to even), a hair either side of
     each, subnormals, zeros, 448 and past it, infinities and NaN: the integer rounding equals torch's cast."""
-    triton = pytest.importorskip("triton")
-    encode = _encode_kernel()
+    if _encode is None:
+        pytest.skip("Triton is not installed")
+    import triton
+
+    encode = _encode
     grid = torch.arange(256, dtype=torch.uint8).view(FP8).float()
     grid = grid[torch.isfinite(grid)].unique()
     mids = (grid[1:] + grid[:-1]) / 2
