@@ -77,6 +77,10 @@ DEFECT_KINDS = {
     "nondeterministic": "two runs on one input differ (a failure only for a row that declares itself deterministic)",
     "wrote_outside_slots": "a scatter changed a slot its mapping does not name (verification.scatter_mode)",
     "wrote_padding": "a scatter wrote a padded token's row (slot -1) into the tensor (verification.scatter_mode)",
+    "tie_broken_differently": "a router's ids differ only among exactly tied scores: its tie rule is not the op's "
+                              "(verification.routing_mode)",
+    "wrong_experts": "a router chose experts whose scores are not the oracle's (verification.routing_mode)",
+    "not_renormalised": "a router's weights do not sum to 1 where it was asked to renormalise (verification.routing_mode)",
 }
 POISON_BYTE = 0xFF  # all-ones: NaN in fp16, bf16, fp32 and fp64
 CANARY_BYTE = 0xA5  # a finite, odd-looking value in every float type
