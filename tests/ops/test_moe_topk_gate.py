@@ -175,6 +175,8 @@ def test_the_routing_mode_names_each_defect(fn, backend, named, clean):
     assert f"routing: {named}: [T=" in text, text  # the first such row, with its case's shape
     assert clean in text, text  # and only that class
     assert "rule: routing:" in text
+    assert named in {d.kind for d in report.defects}, text  # the verdict's defects name the class
+    assert {d.kind for d in report.defects} == {named}, text  # and nothing else
 
 
 def test_the_report_names_the_mode_and_passes_the_floor():

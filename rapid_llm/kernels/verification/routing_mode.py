@@ -147,6 +147,18 @@ class RoutingOutput:
                 counts[f"{_FIRST}{name}: [T={tokens}, E={experts}, k={k}] row {r}, {said}"] = 1
         return CaseErrors(diff, allowed, scale)
 
+    def defects(self, got: torch.Tensor, exact: torch.Tensor, args: tuple) -> list[tuple[str, str]]:
+        """The classes of a failing case, each a defect kind verify puts in the verdict (with its first row)."""
+        counts: dict[str, int] = {}
+        self.errors(got, exact, args, counts)
+        found = []
+        for name in CLASSES:
+            if counts.get(name, 0):
+                first = next((key.removeprefix(_FIRST) for key in counts if key.startswith(_FIRST + name)), name)
+                rows = counts["renormalised rows"] if name == "not_renormalised" else counts["rows"]
+                found.append((name, f"{counts[name]} of {rows} rows; first {first.removeprefix(name + ': ')}"))
+        return found
+
     def summary(self, counts: Mapping[str, int]) -> tuple[str, ...]:
         rows = counts.get("rows", 0)
         differ = counts.get("wrong_experts", 0) + counts.get("tie_broken_differently", 0)
