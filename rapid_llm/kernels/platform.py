@@ -17,12 +17,12 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 __all__ = [
     "DTYPE_NAMES", "dtype_name", "describe", "shape_str", "torch_dtype", "device_label", "size_bucket", "sm_version",
     "cache_dir", "project_root", "PACKAGE_DIR", "OPS_DIR", "CUDA_INCLUDE", "FIGURES", "op_folders", "slug", "cuda_tool", "nvcc_path", "cuda_home", "write_atomic",
-    "locked",
+    "locked", "lazy_exports",
     "SUPPORTED_ARCHS", "supported_archs",
 ]
 
@@ -274,3 +274,24 @@ def locked(path: Path, kind: str = "file") -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lazy_exports(package: str, exports: dict[str, tuple[str, str]], namespace: dict[str, Any]
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` for names that load on first use: ``exports`` maps a name to
+    (module, attribute); a loaded name is kept in ``namespace`` (the package's globals), so it loads once.
+    What keeps a package's import free of torch (and Ray) until a name is used."""
+    import importlib
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            module, attr = exports[name]
+            value = getattr(importlib.import_module(module), attr)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(exports)
+
+    return __getattr__, __dir__

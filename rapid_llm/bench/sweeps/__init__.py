@@ -9,8 +9,7 @@ Names load on first use: importing this package imports neither torch nor ray.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rapid_llm.kernels.platform import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     "sweep": ("rapid_llm.bench.sweeps.run", "sweep"),
@@ -28,14 +27,4 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module, attr = _EXPORTS[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rapid_llm.bench.sweeps' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
