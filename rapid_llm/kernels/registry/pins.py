@@ -75,14 +75,24 @@ def _ops_root() -> Path:
 def table_path(source: Path, device: str) -> Path:
     """The pin table of a row whose source is ``source``: its op folder's for a shipped source
     (``ops/<group>/<op>/<file>.cu``), else the local store's."""
-    name = f"{platform.slug(device)}.json"
-    try:
-        rel = Path(os.path.abspath(source)).relative_to(Path(os.path.abspath(platform.OPS_DIR)))
-    except ValueError:
-        return platform.cache_dir(TUNED) / name
-    if len(rel.parts) == 3:
-        return _ops_root() / rel.parts[0] / rel.parts[1] / TUNED / name
-    return platform.cache_dir(TUNED) / name
+    # looked up on every resolution of a tunable row: worked out once per source, kind and roots
+    key = (str(source), device, COMMITTED_ROOT, os.environ.get("RAPID_LLM_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"))
+    found = _paths.get(key)
+    if found is None:
+        name = f"{platform.slug(device)}.json"
+        try:
+            rel = Path(os.path.abspath(source)).relative_to(Path(os.path.abspath(platform.OPS_DIR)))
+        except ValueError:
+            rel = None
+        if rel is not None and len(rel.parts) == 3:
+            found = _ops_root() / rel.parts[0] / rel.parts[1] / TUNED / name
+        else:
+            found = platform.cache_dir(TUNED) / name
+        _paths[key] = found
+    return found
+
+
+_paths: dict[tuple, Path] = {}
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -185,15 +195,33 @@ def _python_source(target: Any, fn: Any) -> tuple[Path | None, str | None]:
         return None, None
 
 
+#: (target, the module file's stamp, space) -> (path, digest): a shipped row's load() reads one stat, not its file.
+_python_memo: dict[tuple, tuple[Path, str]] = {}
+
+
 def python_digest(target: Any, fn: Any, space: Any) -> tuple[Path, str] | None:
     """(where its pins live, the digest they are keyed by) for a tunable Python row (Triton): its code and its
     space; None where its code cannot be read."""
+    space_text = json.dumps(space.to_json() if hasattr(space, "to_json") else space, sort_keys=True)
+    key = None
+    if isinstance(target, str):
+        import importlib.util
+
+        spec = importlib.util.find_spec(target.split(":", 1)[0])
+        origin = spec.origin if spec is not None else None
+        if origin and os.path.isfile(origin):
+            st = os.stat(origin)
+            key = (target, origin, st.st_mtime_ns, st.st_size, space_text)
+            if key in _python_memo:
+                return _python_memo[key]
     path, text = _python_source(target, fn)
     if text is None:
         return None
-    space_text = json.dumps(space.to_json() if hasattr(space, "to_json") else space, sort_keys=True)
     digest = hashlib.sha256("\0".join((text, space_text)).encode()).hexdigest()
-    return (path if path is not None else Path("<notebook>")), digest
+    found = (path if path is not None else Path("<notebook>")), digest
+    if key is not None:
+        _python_memo[key] = found
+    return found
 
 
 def with_pinned_config(spec: Any, fn: Any) -> Any:
