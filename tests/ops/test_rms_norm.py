@@ -5,12 +5,19 @@ what the tolerance there cannot see: that the normalised value is multiplied
 by the weight in fp32 and rounded once, and that fused_add_rms_norm normalises
 the fp32 sum rather than the rounded residual. The native and Triton rows run
 here (Triton in its interpreter on CPU), and the CUDA rows' sources build for real through the fast path (host
-and device pass) and refuse CPU tensors; what the CUDA rows do on a GPU is in tests/gpu/ops/test_rms_norm.py.
+and device pass) and refuse CPU tensors; what the CUDA rows do on a GPU is in tests/gpu/ops/test_rms_norm.py. The Gluon row has
+no CPU interpreter: here it is filtered with that reason and compiled for sm_90 (registers, spills, its layout
+in the IR, 16-byte accesses in the PTX); it runs in tests/gpu/ops/test_rms_norm.py.
 """
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -298,3 +305,89 @@ def test_sources_build_and_refuse_cpu_tensors():
 def test_rows_declare_their_out_rule():
     assert spec.get_row(RMS).target.out == "like_input"
     assert spec.get_row(FUSED).target.out == "none"
+
+
+# ---------------------------------------------------------------- the Gluon row on CPU: filtered, and compiled
+
+GLUON = "gluon/rms_norm"
+
+
+def test_gluon_row_is_filtered_on_cpu_with_the_reason():
+    """Gluon has no interpreter: explain names that (or Triton's missing Gluon), never a Triton reason."""
+    import rapid_llm.kernels as K
+    from rapid_llm.kernels.toolchain import gluon_support
+
+    verdict = K.explain("rms_norm", dtype="bf16", device="cpu", numel=4096).verdict(GLUON)
+    assert verdict.backend == "gluon" and verdict.verdict == "filtered"
+    installed = gluon_support.installed()
+    assert verdict.reason == (gluon_support.NO_INTERPRETER if installed else installed.reason)
+
+
+def test_gluon_row_is_declared_for_hopper_and_unverified_until_a_gpu_verifies_it():
+    row = spec.get_row(GLUON)
+    assert (row.backend, row.min_sm, row.devices, row.golden.verified) == ("gluon", 90, ("cuda",), False)
+    assert row.golden.baseline == "native/rms_norm" and row.takes("rows")
+
+
+#: The Gluon kernel compiled for sm_90 without a GPU, at the launch shapes the row picks (a one-pass row, a
+#: masked tail, a two-pass row): ptxas's report of Triton's own ptxas, the IR's layout, the PTX's accesses.
+_COMPILE_GLUON_FOR_SM90 = textwrap.dedent("""
+import json, subprocess, tempfile
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas
+from triton.compiler import compile
+from triton.experimental.gluon._runtime import GluonASTSource
+from rapid_llm.kernels.ops.norm.rms_norm import gluon
+from rapid_llm.kernels.toolchain.buildfacts import parse_ptxas
+
+names = ("x_ptr", "w_ptr", "out_ptr", "x_stride", "out_stride", "hidden", "eps")
+found = []
+for dt, size, hidden in (("bf16", 2, 4096), ("fp16", 2, 4097), ("fp32", 4, 65536)):
+    shape = gluon.launch_shape(hidden, size)
+    sig = dict(zip(names, ("*" + dt, "*" + dt, "*" + dt, "i64", "i64", "i32", "fp32")), **{k: "constexpr" for k in shape})
+    aligned = [i for i in range(6) if i < 5 or hidden % 16 == 0]  # what Triton's launcher specialises on
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    kernel = compile(GluonASTSource(gluon._rms_norm_kernel, sig, constexprs=dict(shape), attrs=attrs),
+                     target=GPUTarget("cuda", 90, 32), options={"num_warps": shape["WARPS"]})
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(kernel.asm["ptx"])
+        ptx.flush()
+        log = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", "/dev/null"],
+                             capture_output=True, text=True, check=True).stderr
+    facts = next(iter(parse_ptxas(log).values()))
+    found.append({"dtype": dt, "hidden": hidden, "shape": shape, "registers": facts.registers,
+                  "spills": facts.spills, "v4": kernel.asm["ptx"].count("ld.global.v4"),
+                  "layout": f"sizePerThread = [{shape['VEC']}]" in kernel.asm["ttgir"]})
+print(json.dumps(found))
+""")
+
+
+def test_gluon_kernel_compiles_for_sm90_with_16_byte_accesses_and_no_spills():
+    pytest.importorskip("triton.backends.nvidia")
+    from rapid_llm.kernels.toolchain import gluon_support
+
+    if not gluon_support.installed():
+        pytest.skip(gluon_support.installed().reason)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _COMPILE_GLUON_FOR_SM90], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    kernels = {(k["dtype"], k["hidden"]): k for k in json.loads(out.stdout.strip().splitlines()[-1])}
+    for k in kernels.values():
+        assert 0 < k["registers"] <= 255 and k["spills"] == 0 and k["layout"], k
+    assert kernels["bf16", 4096]["v4"] > 0 and kernels["fp32", 65536]["v4"] > 0  # 16-byte loads where aligned
+    assert kernels["fp16", 4097]["v4"] == 0 and kernels["fp16", 4097]["shape"]["ONE_PASS"]  # the masked tail
+    assert not kernels["fp32", 65536]["shape"]["ONE_PASS"]
+
+
+@pytest.mark.parametrize("hidden", [1, 8, 64, 1000, 4096, 4097, 16384, 16385, 65536])
+@pytest.mark.parametrize("size", [2, 4])
+def test_gluon_launch_shape_gives_16_byte_accesses_that_fit_the_block(hidden, size):
+    pytest.importorskip("triton.experimental.gluon")
+    from rapid_llm.kernels.ops.norm.rms_norm import gluon
+
+    shape = gluon.launch_shape(hidden, size)
+    assert shape["VEC"] * size == 16
+    assert shape["VEC"] * 32 * shape["WARPS"] <= shape["BLOCK"]  # one layout tile never exceeds the block
+    assert shape["ONE_PASS"] == (hidden <= gluon.MAX_ONE_PASS)
+    assert shape["BLOCK"] >= hidden if shape["ONE_PASS"] else shape["BLOCK"] == gluon.CHUNK

@@ -4,9 +4,10 @@ For a JIT row built on the fast path: registers, spills, static shared and
 local memory per kernel (ptxas's report, kept with the build), the
 theoretical occupancy at a block size, the PTX (NVRTC's), and the SASS where
 ``cuobjdump`` or ``nvdisasm`` is installed (with source lines when the row
-was built with ``-lineinfo``). For a Triton row: the same facts of each
-specialisation Triton compiled (rapid_llm.kernels.inspection.triton_facts), at the
-block size Triton launches it with. Where a GPU is present, each occupancy
+was built with ``-lineinfo``). For a Triton or Gluon row: the same facts of
+each specialisation Triton compiled (rapid_llm.kernels.inspection.triton_facts), at
+the block size Triton launches it with, and Triton's GPU IR (``ttgir``: for a
+Gluon kernel, its layouts as written). Where a GPU is present, each occupancy
 is also asked of the CUDA driver (rapid_llm.kernels.inspection.occupancy_api), and a
 disagreement is said. Rows built otherwise say what is not known about
 them, in one line each.
@@ -96,11 +97,11 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     row = spec.get_row(row) if isinstance(row, str) else row
     result = Inspection(row.name, threads_per_block)
     target = row.target
-    if row.backend == "triton" and isinstance(target, str):
+    if row.backend in ("triton", "gluon") and isinstance(target, str):
         _triton(row, result)
         return result
     if not isinstance(target, JitRow):
-        result.notes.append(f"{row.name} is a {row.backend} row: build facts exist for JIT and Triton rows")
+        result.notes.append(f"{row.name} is a {row.backend} row: build facts exist for JIT, Triton and Gluon rows")
         return result
     if target.not_built is not None:
         result.notes.append(f"{row.name} was not built on this machine: {target.not_built}")
@@ -136,12 +137,13 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
 
 
 def _triton(row: Any, result: Inspection) -> None:
-    """Facts of every specialisation Triton compiled for the row; compiles the op's bench case if none is."""
+    """Facts of every specialisation Triton compiled for the row (a Gluon row's too: Triton compiles and keeps
+    them alike); compiles the op's bench case if none is."""
     import os
 
     from rapid_llm.kernels.inspection import triton_facts
 
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if row.backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1":  # Gluon has no interpreter
         result.notes.append(f"{row.name}: Triton's interpreter runs it here (TRITON_INTERPRET=1), so nothing is "
                             "compiled and there are no build facts")
         return
@@ -154,7 +156,7 @@ def _triton(row: Any, result: Inspection) -> None:
         return
     result.facts = {k.facts.symbol: k.facts for k in compiled}
     sass, missing = _sass_by_kernel(compiled)
-    result.kernel_code = {k.facts.symbol: {kind: text for kind, text in (("ptx", k.ptx),
+    result.kernel_code = {k.facts.symbol: {kind: text for kind, text in (("ptx", k.ptx), ("ttgir", k.ttgir),
                                                                           ("sass", sass.get(k.facts.symbol))) if text}
                           for k in compiled}
     result.ptx = "\n".join(k.ptx for k in compiled if k.ptx) or None
@@ -193,8 +195,8 @@ def _compile_bench_case(row: Any, result: Inspection) -> None:
     from rapid_llm.kernels.platform import torch_dtype
 
     if not torch.cuda.is_available() or "cuda" not in row.devices:
-        result.notes.append(f"{row.name} has no compiled Triton kernel in this process, and there is no GPU here to "
-                            "compile one on (Triton compiles a kernel at its first launch)")
+        result.notes.append(f"{row.name} has no compiled {row.backend.capitalize()} kernel in this process, and there "
+                            "is no GPU here to compile one on (Triton compiles a kernel at its first launch)")
         return
     fn = row.load()
     for dtype in row.dtypes:

@@ -1,4 +1,4 @@
-"""Build facts of a Triton row's compiled kernels, from Triton's own records of them.
+"""Build facts of a Triton (or Gluon) row's compiled kernels, from Triton's own records of them.
 
 Triton compiles a kernel per specialisation (dtypes, divisibility, constexprs)
 at its first launch and keeps each one on the ``@triton.jit`` function. A
@@ -25,10 +25,11 @@ class CompiledTriton:
     facts: KernelFacts
     ptx: str | None
     cubin: bytes | None
+    ttgir: str | None = None  # Triton's GPU IR: for a Gluon kernel, the layouts it was written with
 
 
 def jit_functions(target: str) -> list[Any]:
-    """The ``@triton.jit`` functions in the module of a row's ``"module:attr"`` target."""
+    """The ``@triton.jit`` (and ``@gluon.jit``) functions in the module of a row's ``"module:attr"`` target."""
     module = importlib.import_module(target.partition(":")[0])
     return [v for v in vars(module).values() if hasattr(v, "device_caches") and hasattr(v, "fn")]
 
@@ -62,7 +63,7 @@ def compiled_kernels(fn: Any) -> list[CompiledTriton]:
                                 spill_stores=local, threads_per_block=32 * warps,
                                 max_threads=int(getattr(kernel, "n_max_threads", 0) or 0))
             asm = getattr(kernel, "asm", {}) or {}
-            out.append(CompiledTriton(facts, asm.get("ptx"), asm.get("cubin")))
+            out.append(CompiledTriton(facts, asm.get("ptx"), asm.get("cubin"), asm.get("ttgir")))
     return out
 
 

@@ -73,10 +73,12 @@ __all__ = [
 ]
 
 
-#: The native floor plus the seed's four paths. ``aot`` and ``external`` exist
-#: so an AOT extension or a library (FlashInfer, DeepGEMM) can become a row
-#: later without touching dispatch.
-BACKENDS = ("native", "triton", "jit", "aot", "external")
+#: The native floor plus the seed's four paths, and ``gluon``: Triton's Gluon
+#: (``triton.experimental.gluon``), a kernel language of its own, so its rows
+#: are named and filtered apart from plain Triton's. ``aot`` and ``external``
+#: exist so an AOT extension or a library (FlashInfer, DeepGEMM) can become a
+#: row later without touching dispatch.
+BACKENDS = ("native", "triton", "gluon", "jit", "aot", "external")
 
 DEVICE_TYPES = ("cpu", "cuda")
 #: Memory layouts a call can bring, narrowest first: every tensor argument dense and row-major; "rows",

@@ -38,3 +38,20 @@ def rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
             tune_space=RMS_NORM_TRITON_SPACE if op == "rms_norm" else None,
         ),
     ]
+
+
+def gluon_row(op: str, doc: str) -> KernelSpec:
+    """A Gluon row (``<op>/gluon.py``): golden-unverified until verify passes on a GPU (Gluon has no CPU
+    interpreter, so no CPU run can check it); written for Hopper, so sm_90 and newer."""
+    return KernelSpec(
+        name=f"gluon/{op}",
+        target=f"{_PACKAGE}.{op}.gluon:{op}",
+        available="rapid_llm.kernels.toolchain.gluon_support:available",
+        dtypes=_DTYPES,
+        devices=("cuda",),
+        golden=GoldenRecord(verified=False, baseline=f"native/{op}"),
+        graph_safe=True,
+        min_sm=90,
+        layouts=("contiguous", "rows"),  # x and out at their own row strides, as the Triton row
+        description=doc,
+    )
