@@ -30,12 +30,20 @@ DEFECTS = "tests.unit.verification.defects.moe_gate_defects"
 CPU_ROWS = ["native/moe_topk_gate", "triton/moe_topk_gate"]
 
 
+#: Where a row runs its cases: the Triton row compiled on a GPU (the interpreter is off there), the floor on CPU.
+GPU = torch.device("cuda") if torch.cuda.is_available() else None
+
+
 def row(name: str):
     return spec.get_row(name).load()
 
 
-def dsv3(tokens: int, seed: int = 0) -> tuple:
-    return reference.dsv3(tokens, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(seed))
+def on(name: str) -> torch.device:
+    return GPU if GPU is not None and name.startswith("triton/") else torch.device("cpu")
+
+
+def dsv3(tokens: int, seed: int = 0, device: torch.device = torch.device("cpu")) -> tuple:
+    return reference.dsv3(tokens, torch.float32, device, torch.Generator().manual_seed(seed))
 
 
 # ------------------------------------------------------------------ the tie rule and the options
@@ -43,19 +51,19 @@ def dsv3(tokens: int, seed: int = 0) -> tuple:
 
 @pytest.mark.parametrize("name", CPU_ROWS)
 def test_equal_scores_go_to_the_lower_expert_id(name):
-    flat = torch.zeros(3, 16)
+    flat = torch.zeros(3, 16, device=on(name))
     flat[1] = 2.5
     for scoring in ("softmax", "sigmoid"):
         weights, ids = row(name)(flat, 4, scoring)
         assert ids.tolist() == [[0, 1, 2, 3]] * 3
-        assert torch.allclose(weights, torch.full((3, 4), 0.25))
-    logits = torch.tensor([[1.0, 3.0, 1.0, 3.0, 2.0, 3.0]])
+        assert torch.allclose(weights.cpu(), torch.full((3, 4), 0.25))
+    logits = torch.tensor([[1.0, 3.0, 1.0, 3.0, 2.0, 3.0]], device=on(name))
     assert row(name)(logits, 4)[1].tolist() == [[1, 3, 5, 4]]  # three tied at 3.0 in id order, then 2.0
 
 
 @pytest.mark.parametrize("name", CPU_ROWS)
 def test_equal_group_scores_go_to_the_lower_group_id(name):
-    logits = torch.zeros(1, 16)
+    logits = torch.zeros(1, 16, device=on(name))
     logits[0, 12:14] = 1.0  # group 3 is best; groups 0..2 tie below it
     weights, ids = row(name)(logits, 4, "sigmoid", True, None, 4, 2)
     assert ids.tolist() == [[12, 13, 0, 1]]  # group 3, then group 0 (the lower id among the tied)
@@ -77,8 +85,9 @@ def grouped_topk(logits: torch.Tensor, k: int, bias: torch.Tensor, groups: int, 
 
 @pytest.mark.parametrize("name", CPU_ROWS)
 def test_deepseek_v3_gate_matches_the_grouped_topk_it_implements(name):
-    logits, k, scoring, renormalize, bias, groups, keep = dsv3(24, seed=3)
+    logits, k, scoring, renormalize, bias, groups, keep = dsv3(24, seed=3, device=on(name))
     weights, ids = row(name)(logits, k, scoring, renormalize, bias, groups, keep)
+    logits, bias, weights, ids = logits.cpu(), bias.cpu(), weights.cpu(), ids.cpu()
     want_ids, want_w = grouped_topk(logits, k, bias, groups, keep)
     assert torch.equal(ids.long(), want_ids)
     torch.testing.assert_close(weights, want_w, rtol=2e-6, atol=1e-7)
@@ -96,23 +105,24 @@ def test_softmax_weights_without_renormalize_are_the_softmax_probabilities():
 
 @pytest.mark.parametrize("name", CPU_ROWS)
 def test_out_tensors_are_written_and_returned(name):
-    logits = torch.randn(6, 32, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(2))
-    out_w = torch.full((6, 3), float("nan"))
-    out_i = torch.full((6, 3), -1, dtype=torch.int32)
+    logits = torch.randn(6, 32, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(2)).to(on(name))
+    out_w = torch.full((6, 3), float("nan"), device=on(name))
+    out_i = torch.full((6, 3), -1, dtype=torch.int32, device=on(name))
     weights, ids = row(name)(logits, 3, "sigmoid", out_weights=out_w, out_ids=out_i)
     assert weights.data_ptr() == out_w.data_ptr() and ids.data_ptr() == out_i.data_ptr()
-    want_w, want_i = native.moe_topk_gate(logits, 3, "sigmoid")
-    assert torch.equal(out_i, want_i) and torch.allclose(out_w, want_w)
+    want_w, want_i = native.moe_topk_gate(logits.cpu(), 3, "sigmoid")
+    assert torch.equal(out_i.cpu(), want_i) and torch.allclose(out_w.cpu(), want_w)
 
 
 @pytest.mark.parametrize("name", CPU_ROWS)
 def test_no_tokens_and_k_equal_to_e(name):
-    weights, ids = row(name)(torch.empty(0, 256), 8, "sigmoid", True, torch.zeros(256), 8, 4)
+    dev = on(name)
+    weights, ids = row(name)(torch.empty(0, 256, device=dev), 8, "sigmoid", True, torch.zeros(256, device=dev), 8, 4)
     assert weights.shape == (0, 8) and ids.shape == (0, 8) and ids.dtype == torch.int32
     logits = torch.randn(3, 8, generator=torch.Generator().manual_seed(4))
-    weights, ids = row(name)(logits, 8)
+    weights, ids = row(name)(logits.to(dev), 8)
     assert sorted(ids[0].tolist()) == list(range(8))
-    assert torch.equal(ids.long(), logits.argsort(dim=-1, descending=True, stable=True))
+    assert torch.equal(ids.long().cpu(), logits.argsort(dim=-1, descending=True, stable=True))
 
 
 @pytest.mark.parametrize(("call", "words"), [
@@ -167,7 +177,7 @@ def test_the_routing_mode_names_each_defect(fn, backend, named, clean):
         pytest.importorskip("triton")
     name = defect_row(fn, backend)
     try:
-        report = verify(name, dtypes=["fp32"], device="cpu", record=False)
+        report = verify(name, dtypes=["fp32"], device=on(name), record=False)
     finally:
         spec.unregister(name)
     text = str(report)

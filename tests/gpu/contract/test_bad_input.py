@@ -20,14 +20,7 @@ SEED = 52
 PER_OP = 80
 
 
-#: An open defect, not a verdict: on an H100 the scaled_fp8_quant cases end in a sticky "illegal memory access"
-#: (seen in three runs, not yet traced to the kernel that faults), which then fails every later test in the same
-#: worker. Not run until it is traced; the other ops' cases run.
-_FAULTS = {"scaled_fp8_quant": "a CUDA illegal memory access during the cases, not yet traced (it poisons the worker)"}
-
-
-@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.xfail(run=False, reason=_FAULTS[op]))
-                                if op in _FAULTS else op for op in sorted(fuzz.OPS)])
+@pytest.mark.parametrize("op", sorted(fuzz.OPS))
 def test_every_bad_call_gets_one_answer_from_every_cuda_path(op, record_property):
     from rapid_llm.kernels.toolchain import jit
 
@@ -45,9 +38,13 @@ def test_every_bad_call_gets_one_answer_from_every_cuda_path(op, record_property
 
 
 def test_a_cuda_row_runs_its_ops_checks():
-    """The shipped CUDA rows' compiled call paths carry their op's checks (jit_row.op_checks)."""
+    """The shipped CUDA rows' compiled call paths carry their op's checks (jit_row.op_checks). A row declared
+    through a Python wrapper (moe_topk_gate's two outputs fit no out rule) calls the checks itself; the fuzz above
+    holds it to the same answers."""
     for op in fuzz.OPS:
         row = next(r for r in spec.rows_for(op) if r.backend == "jit")
+        if isinstance(row.target, str):
+            continue
         bound = row.target.bound()
         if type(bound).__name__ != "OutFirst":
             pytest.skip(f"the compiled binding does not build here ({type(bound).__name__})")

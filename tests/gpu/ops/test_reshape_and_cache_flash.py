@@ -14,6 +14,7 @@ from rapid_llm.kernels.ops.cache.reshape_and_cache_flash import reference as R
 from rapid_llm.kernels.ops.cache.reshape_and_cache_flash.native import reshape_and_cache_flash as native
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.golden import verify
+from tests.contract.bad_input_cases import on_device
 from tests.ops.test_reshape_and_cache_flash import BAD, OP, _call
 from tests.reference import assert_by_compare_mode
 
@@ -82,7 +83,7 @@ def test_bad_inputs_raise_and_leave_no_cuda_error(gpu_rows, condition):
     if condition in ("a slot past the cache", "a slot below -1"):
         pytest.skip("slot values are read on CPU tensors only (a sync per call on CUDA)")
     for name in gpu_rows:
-        args = tuple(a.cuda() for a in _call(**BAD[condition][0]))
+        args, _ = on_device(list(_call(**BAD[condition][0])), {}, "cuda")  # aliased arguments stay aliased
         with pytest.raises(ValueError):
             spec.get_row(name).load()(*args)
     torch.cuda.synchronize()

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from rapid_llm.kernels.ops import arguments
 from rapid_llm.kernels.toolchain import triton_support
 from rapid_llm.kernels.ops.quant.scaled_fp8_quant.native import FP8_MAX, MIN_SCALE, check_args
 from rapid_llm.kernels.registry.spec import Availability
@@ -133,6 +134,7 @@ def scaled_fp8_quant(output: torch.Tensor, x: torch.Tensor, scales: torch.Tensor
     checks what a wrong pointer would turn into silent corruption (shapes, dtypes, devices, density)."""
     out = output
     n_groups, size = check_args("scaled_fp8_quant", out, x, scales, static)
+    arguments.runs_on("scaled_fp8_quant", "Triton", ("cuda", "cpu"), x)  # meta tensors have no memory to read
     _check_dense(output=out, x=x, scales=scales)
     if n_groups == 1 and (size == 0 or size > MAX_ONE_PASS):  # one group: the per-tensor launches spread it
         _per_tensor(out, x, scales, static)
