@@ -48,11 +48,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 __all__ = sorted(_EXPORTS)
 
 # The floors above the registry, wired in from here (the one place that sees them all), by reference, so this
-# imports nothing heavy: the .cu rows in the op folders (kernels/ops/) are found with the ops, and every
+# imports nothing heavy: the .cu rows in the op folders (kernels/ops/), and the Python modules there that declare
+# a row on their first line, are found with the ops, and every
 # declared op becomes a torch custom op.
 from rapid_llm.kernels.registry import spec as _registry  # noqa: E402 - after the exports it serves
 
 _registry.add_discoverer("rapid_llm.kernels.toolchain.jit_row:register_cu_rows")
+_registry.add_discoverer("rapid_llm.kernels.toolchain.python_rows:register_py_rows")
 _registry.on_declare("rapid_llm.kernels.dispatch.custom_ops:register")
 
 

@@ -7,9 +7,12 @@ Both get the same text: the declaration's own functions (native floor,
 reference, bench case), taken by their source, with what those functions use
 from the notebook's globals. A module becomes an import, an object that lives
 in an importable module a ``from ... import``, a function of the notebook its
-source again (transitively), and a plain constant a literal. Anything else (a
+source again (transitively), a ``@triton.jit`` or ``@gluon.jit`` kernel of the
+notebook its decorated source, and a plain constant (or a ``constexpr`` of one) a
+literal. Anything else (a
 lambda, a closure, a global dict, a class of the notebook) is refused with the
-reason, before anything is written.
+reason, before anything is written. ``promote()`` writes a notebook's Gluon or
+Triton row the same way (:func:`row_module_source`).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from typing import Any, Callable
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import RegistryError
 
-__all__ = ["ExportError", "module_source", "package_sources", "needs_export"]
+__all__ = ["ExportError", "module_source", "package_sources", "needs_export", "row_module_source"]
 
 #: The Reference fields that are functions, in the order they are written.
 _REFERENCE_FUNCTIONS = ("make_inputs", "oracle", "call", "edge_cases", "magnitude")
@@ -83,6 +86,15 @@ class _Module:
             return bound
         if isinstance(obj, types.FunctionType):
             return self.function(obj, why)
+        kernel = _kernel_function(obj)
+        if kernel is not None:  # its source carries its decorator, which makes the kernel again
+            return self.function(kernel, why)
+        constant = _constexpr_literal(obj)
+        if constant is not None and name is not None:  # a kernel's global: Triton takes only constexpr ones
+            self.bind(name, obj, why)
+            self.constants[name] = f"{self.reference(importlib.import_module('triton.language'), 'tl', why)}" \
+                                   f".constexpr({constant})"
+            return name
         literal = _literal(obj)
         if literal is not None and name is not None:
             self.bind(name, obj, why)
@@ -128,6 +140,20 @@ class _Module:
         del self.functions[name]
         self.functions[name] = source.rstrip() + "\n"  # after what it uses: decorators and defaults run at def
         return name
+
+
+def _kernel_function(obj: Any) -> types.FunctionType | None:
+    """The function a ``@triton.jit`` / ``@gluon.jit`` kernel was made from (Triton keeps it as ``.fn``)."""
+    fn = getattr(obj, "fn", None)
+    return fn if isinstance(fn, types.FunctionType) and hasattr(obj, "device_caches") else None
+
+
+def _constexpr_literal(obj: Any) -> str | None:
+    """Python source for the value of a Triton ``constexpr`` that holds a plain constant, else None."""
+    cls = type(obj)
+    if cls.__name__ != "constexpr" or not cls.__module__.startswith("triton."):
+        return None
+    return _literal(getattr(obj, "value", None))
 
 
 def _is_builtin(name: str) -> bool:
@@ -235,12 +261,14 @@ def _declaration_call(op: str, verb: str, floor: str, ref_args: list[str], bench
     return [f"DECLARATION = {verb}(" if verb == "define_op" else f"{verb}(", *call, *again, ")", ""]
 
 
-def _parts(op: str, mod: _Module, what: str) -> list[str]:
+def _parts(op: str, mod: _Module, what: str, docstring: str | None = None) -> list[str]:
     """A module's text before its declaration: the docstring, imports, constants and functions it needs."""
     decl = _spec.get_decl(op)
-    parts = [f'"""Op {op!r}: {what or decl.doc or "declared in a notebook"}.\n\nWritten from the notebook that '
-             'declared it (rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit it freely."""',
-             "from __future__ import annotations", "",
+    if docstring is None:
+        docstring = (f"Op {op!r}: {what or decl.doc or 'declared in a notebook'}.\n\nWritten from the notebook "
+                     "that declared it (rapid_llm.kernels.registry.opsource); an ordinary module from here on: edit "
+                     "it freely.")
+    parts = [f'"""{docstring}"""', "from __future__ import annotations", "",
              *sorted(set(mod.imports.values()), key=lambda s: (not s.startswith("import "), s)), ""]
     parts += [f"{name} = {text}" for name, text in mod.constants.items()]
     for text in mod.functions.values():
@@ -289,6 +317,17 @@ def module_source(op: str, *, ship: bool, local_imports: bool = False) -> str:
     text = "\n".join([*_parts(op, mod, ""), "", "",
                       *_declaration_call(op, verb, floor, ref_args, bench, forms, form_of, replace=not ship)])
     return _checked(text, f"<declaration of {op}>")
+
+
+def row_module_source(op: str, launcher: Callable[..., Any], docstring: str) -> str:
+    """The text of a module holding a notebook row's ``launcher`` (a function of the notebook) with the kernels,
+    functions, imports and constants it uses, as :func:`module_source` writes a declaration's."""
+    if not isinstance(launcher, types.FunctionType):
+        raise ExportError(f"op {op!r}: a row's target must be a launcher function defined with def, got "
+                          f"{type(launcher).__name__}")
+    mod = _Module(op)
+    mod.function(launcher, "the row's launcher")
+    return _checked("\n".join([*_parts(op, mod, "", docstring), ""]), f"<row module of {op}>")
 
 
 def package_sources(op: str, package: str) -> dict[str, str]:

@@ -28,13 +28,16 @@ replaced declaration would silently turn into claims about another op. A
 different op is a new name, and promote ships it whole; a changed library
 op is an edit of its folder, with its rows verified again.
 
+A Gluon or Triton row of a notebook ships the same way as one module,
+``<name>.py``, its launcher and kernels by their source and the row declared
+on its first line (rapid_llm.kernels.toolchain.promote_python).
+
 The package is written all or nothing, also when the process is killed
 half-way (rapid_llm.kernels.registry.op_writes: a journal the next promote,
 or the registry reading the package, rolls back).
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from rapid_llm.kernels import platform
@@ -42,40 +45,12 @@ from rapid_llm.kernels.registry import op_writes
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.toolchain.jit_row import JitRow, read_header, row_from_header, source_digest, write_header
 from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT
-from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.registry.spec import KernelSpec, RegistryError
+from rapid_llm.kernels.toolchain.promotion import PromoteError, Promotion
+from rapid_llm.kernels.toolchain.promotion import declaration_files as _declaration_files
+from rapid_llm.kernels.toolchain.promotion import default_group as _default_group
 
 __all__ = ["promote", "Promotion", "PromoteError"]
-
-
-class PromoteError(RegistryError):
-    """A row that cannot ship as it is; the message says why and what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Promotion:
-    """What promote() did."""
-
-    row: str
-    op: str
-    path: Path
-    launcher: str
-    golden: GoldenRecord
-    replaced: bool
-    declaration: Path | None = None  # the op's declaration, written because the library did not have it
-
-    def __str__(self) -> str:
-        what = "replaced" if self.replaced else "added"
-        text = (f"{what} {self.row} for op {self.op!r}: {_shown(self.path)} (launcher {self.launcher}()), golden "
-                f"verified, max |diff| {self.golden.max_abs_diff:g} vs {self.golden.baseline}.")
-        if self.declaration is not None:
-            text += f" The op itself is declared in {_shown(self.declaration)} (native floor, reference, bench case)."
-        return text + (f" It is now a shipped row: tests/contract/test_rows.py verifies it and bench_op({self.op!r}) "
-                       "times it.")
-
-
-def _shown(path: Path) -> Path:
-    root = platform.PACKAGE_DIR.parent
-    return path.relative_to(root) if path.is_relative_to(root) else path
 
 
 def _carry_pins(cell: JitRow, promoted: KernelSpec, dest: Path) -> None:
@@ -90,32 +65,6 @@ def _carry_pins(cell: JitRow, promoted: KernelSpec, dest: Path) -> None:
     new = promoted.target.untuned_digest()
     if new is not None:
         pins.carry(old, dest, new, promoted.op, promoted.name)
-
-
-def _default_group(op: str, source: Path) -> str:
-    """The op's group where the library has the op; else the cell's folder, unless it sat in csrc/ itself; else
-    the op's name."""
-    group = _spec.op_group(op)
-    if group:
-        return group
-    folder = source.parent.name
-    return folder if folder and folder != "csrc" and folder.isidentifier() else op
-
-
-def _declaration_files(op: str, group: str, package: Path, replace: bool) -> dict[Path, str]:
-    """What ships the op's declaration: its folder's __init__.py, native.py and reference.py, and the group's
-    __init__.py where the group is new."""
-    from rapid_llm.kernels.registry.opsource import package_sources
-
-    folder = package / "kernels" / "ops" / group / op
-    files = {folder / name: text for name, text in package_sources(op, f"rapid_llm.kernels.ops.{group}.{op}").items()}
-    clash = next((path for path in files if path.exists()), None)
-    if clash is not None and not replace:
-        raise PromoteError(f"promote: {clash} already exists; pass replace=True to replace the op's declaration")
-    init = folder.parent / "__init__.py"
-    if not init.exists():
-        files[init] = f'"""Ops of the {group} group, one folder each (written by promote())."""\n'
-    return files
 
 
 def _check_declaration(row: str, op: str) -> None:
@@ -134,7 +83,9 @@ def _check_declaration(row: str, op: str) -> None:
 
 def promote(row: str, *, name: str | None = None, group: str | None = None, replace: bool = False,
             package: Path | None = None) -> Promotion:
-    """Ship the verified JIT row ``row`` (e.g. a ``%%cuda_jit`` cell's ``jit/scale_vec``).
+    """Ship the verified JIT row ``row`` (e.g. a ``%%cuda_jit`` cell's ``jit/scale_vec``), or a verified Gluon or
+    Triton row whose launcher is a notebook function (rapid_llm.kernels.toolchain.promote_python: one module,
+    ``<name>.py``, whose first line declares the row).
 
     ``name`` is the shipped file's stem and the row's name after ``jit/``
     (default: the cell's NAME); ``group`` the group folder under kernels/ops/
@@ -150,9 +101,14 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     spec = _spec.get_row(row)
     target = spec.target
     _check_declaration(row, spec.op)
+    if spec.backend in ("gluon", "triton"):
+        from rapid_llm.kernels.toolchain.promote_python import promote_python_row
+
+        return promote_python_row(spec, name=name, group=group, replace=replace, package=package)
     if spec.backend != "jit" or not isinstance(target, JitRow):
-        raise PromoteError(f"promote({row!r}): only a JIT row built from a .cu source can ship "
-                           f"(this is a {spec.backend} row with target {target!r})")
+        raise PromoteError(f"promote({row!r}): only a JIT row built from a .cu source can ship, or a Gluon or "
+                           f"Triton row whose launcher is a notebook function (this is a {spec.backend} row with "
+                           f"target {target!r})")
     if not spec.golden.verified:
         raise PromoteError(f"promote({row!r}): the row is golden-unverified; run verify({row!r}) until it passes "
                            "(only verified rows ship)")
