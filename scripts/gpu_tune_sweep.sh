@@ -8,6 +8,7 @@
 #      (scale, which has no token shape, through bench_op.py --results);
 #   4. bench_tune.py: the 108-candidate CUDA rms_norm (benchmarks/tune/), the verified-autotune figure.
 # Each step has its own time limit (STEP_TIMEOUT, seconds); a step that fails is logged and the next runs.
+# BENCH_TUNE=0 leaves step 4 out (it measures tune itself, not the figures; one GPU kind's run shows it).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_tune_sweep.sh OUTDIR}
 mkdir -p "$out"
@@ -30,4 +31,4 @@ written
 step bench_op_scale python benchmarks/bench_op.py scale --results
 written
 git status --porcelain -- rapid_llm/kernels/ops | tee -a "$out/run.log"
-step bench_tune python benchmarks/bench_tune.py --json "$out/bench_tune.json"
+[ "${BENCH_TUNE:-1}" = 0 ] || step bench_tune python benchmarks/bench_tune.py --json "$out/bench_tune.json"
