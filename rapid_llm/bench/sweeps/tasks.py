@@ -146,8 +146,14 @@ def plan(op: str, numels: Sequence[int], dtypes: Sequence[str], *, forms: Sequen
 
 @functools.cache
 def commit_id() -> str:
-    """The git commit of the package's checkout (``+dirty`` when its files differ from it), else its version."""
+    """The git commit of the package's checkout (``+dirty`` when its files differ from it), else its version.
+    ``RAPID_LLM_COMMIT`` names it outright, for a tree copied to a machine without its history (a stale or missing
+    ``.git`` there would name another commit)."""
     from rapid_llm.kernels import platform
+
+    given = os.environ.get("RAPID_LLM_COMMIT", "").strip()
+    if given:
+        return given
 
     root = platform.PACKAGE_DIR.parent
     try:
