@@ -134,3 +134,89 @@ def test_graph_capture_replays(rows):
     want = oracle("fused_add_rms_norm")(x.cpu().double(), r.cpu().double(), w.cpu().double())
     assert_close_to_ref(torch.cat([rf.flatten(), xf.flatten()]), want, "replayed fused_add_rms_norm",
                         ulps=ULPS[torch.bfloat16])
+
+
+# ------------------------------------------------------------------ the Gluon row (sm_90 and newer, Triton >= 3.6)
+
+GLUON = "gluon/rms_norm"
+
+
+@pytest.fixture(scope="module")
+def gluon_rms():
+    row = spec.get_row(GLUON)
+    avail = row.probe(torch.device("cuda"))
+    if not avail:
+        pytest.skip(f"{GLUON}: {avail.reason}")
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip(f"{GLUON} is written for sm_90 and newer")
+    return row.load()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("tokens, hidden", [(1, 4096), (7, 4097), (33, 1000), (2, 8), (3, 16384), (5, 16385),
+                                            (4, 20000), (2, 65536)])
+def test_gluon_row_agrees_with_the_oracle_aligned_unaligned_and_strided(gluon_rms, dtype, tokens, hidden):
+    """One pass and two, a masked tail, 16-byte accesses where aligned, the same data one element into its
+    storage, and a row-strided slice x[:, :H] of a [T, 2H] buffer written into a slice of another."""
+    x, w = cuda_randn(tokens, hidden, dtype=dtype), cuda_randn(hidden, dtype=dtype, seed=1)
+    want = oracle("rms_norm")(x.cpu().double(), w.cpu().double(), 1e-6)
+    buf = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")
+    x_off = buf[1:].view_as(x).copy_(x)
+    wide = torch.zeros(tokens, 2 * hidden, dtype=dtype, device="cuda")
+    wide[:, :hidden] = x
+    out_wide = torch.zeros_like(wide)
+    for what, got in (("contiguous", gluon_rms(x, w, 1e-6)), ("unaligned", gluon_rms(x_off, w, 1e-6)),
+                      ("strided", gluon_rms(wide[:, :hidden], w, 1e-6, out=out_wide[:, :hidden]))):
+        assert_close_to_ref(got, want, f"{GLUON} {what} {dtype} [{tokens}, {hidden}]", ulps=ULPS[dtype])
+    assert not out_wide[:, hidden:].any()  # nothing written past the slice
+
+
+def test_gluon_row_refuses_bad_inputs_as_the_other_rows_do(gluon_rms):
+    with pytest.raises(ValueError, match=r"^rms_norm: weight must be \[64\]"):
+        gluon_rms(_x(), cuda_randn(63), 1e-6)
+    with pytest.raises(ValueError, match=r"^rms_norm: the Gluon row runs on cuda tensors"):
+        gluon_rms(_x().cpu(), _w().cpu(), 1e-6)
+    assert gluon_rms(torch.empty(0, 64, dtype=torch.bfloat16, device="cuda"), _w(), 1e-6).numel() == 0
+
+
+def test_gluon_row_passes_verify(gluon_rms):
+    """verify's whole reference set (tails, an unaligned view, special values) against native/rms_norm; not recorded,
+    so the shipped record stays what the package says."""
+    from rapid_llm.kernels.verification.golden import verify
+
+    report = verify(GLUON, record=False)
+    assert report.passed, str(report)
+
+
+def test_gluon_row_graph_capture_replays(gluon_rms):
+    x, w = cuda_randn(64, 4096), cuda_randn(4096)
+    out = torch.empty_like(x)
+    gluon_rms(x, w, 1e-6, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gluon_rms(x, w, 1e-6, out=out)
+    x.copy_(cuda_randn(64, 4096, seed=4))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close_to_ref(out, oracle("rms_norm")(x.cpu().double(), w.cpu().double()), "replayed gluon rms_norm",
+                        ulps=ULPS[torch.bfloat16])
+
+
+def test_gluon_row_inspects_with_registers_and_its_layout_in_the_ir(gluon_rms):
+    from rapid_llm.kernels.inspection.inspector import inspect
+
+    gluon_rms(cuda_randn(2, 4096), cuda_randn(4096), 1e-6)
+    result = inspect(GLUON)
+    assert result.facts, str(result)
+    for symbol, facts in result.facts.items():
+        assert facts.registers > 0 and facts.spills == 0, str(result)
+        assert "#ttg.blocked" in (result.code(symbol, "ttgir") or ""), symbol
+        assert "ld.global" in (result.code(symbol, "ptx") or ""), symbol
+
+
+def test_compare_runs_the_gluon_row_beside_the_triton_row(gluon_rms):
+    from rapid_llm.bench.compare import compare
+
+    result = compare("triton/rms_norm", GLUON, sizes=[4096 * 4096], dtypes=["bf16"], seconds=1.0, why=False)
+    assert result.a.passed and result.b.passed, str(result)
