@@ -1,13 +1,16 @@
 """Benchmark one op through bench_op: every row that can run here, cold L2, against the copy roofline.
 
     python benchmarks/bench_op.py OP [--sizes 1024 1048576] [--dtypes bf16 fp32] [--rows native/scale ...]
-                                     [--record] [--results | --out FILE.json]
+                                     [--verify] [--record] [--results | --out FILE.json]
     python benchmarks/bench_op.py --check-harness
 
 Each row is called through its KernelSpec target on the op's declared bench
 case (never through dispatch, so each figure is the row itself); bytes moved
 come from the case, and the copy roofline is measured by the same harness.
-Rows that cannot run here are listed with the reason. --results writes the
+Rows that cannot run here are listed with the reason. --verify first verifies
+every golden-unverified row that can run here (a shipped row that has not run
+on a GPU yet, such as gluon/rms_norm), so those that pass are timed beside the
+others. --results writes the
 figures into the op's folder (ops/<group>/<op>/figures/<gpu>.json, package data): committed, they rank
 rows on every machine of this GPU kind until a row's code changes. --out writes them elsewhere.
 
@@ -37,7 +40,7 @@ from rapid_llm.bench import bench, bench_op, copy_roofline
 from rapid_llm.bench.harness import l2_bytes
 from rapid_llm.bench.ops import OpMeasurement, eligible_rows, write_results
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.registry.spec import get_decl
+from rapid_llm.kernels.registry.spec import get_decl, rows_for
 
 GPU_SIZES = tuple(1 << p for p in range(10, 29, 2))  # 1K .. 256M, every 4x
 CPU_SIZES = tuple(1 << p for p in range(10, 21, 2))  # 1K .. 1M
@@ -111,6 +114,18 @@ def check_harness(device: torch.device, repeats: int) -> None:
 
 
 
+def verify_unverified(op: str, device: torch.device) -> None:
+    """Verify each row of ``op`` that could run here but for its golden record; print each verdict. A row that
+    passes is eligible for this process's bench_op (the registry holds the new record)."""
+    from rapid_llm.kernels.verification.golden import verify
+
+    for row in rows_for(op):
+        if row.golden.verified or row.golden.refused or device.type not in row.devices or not row.probe(device):
+            continue
+        report = verify(row.name, device=device)
+        print(f"verify {row.name}: {'pass' if report.passed else 'FAIL'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("op", nargs="?", help="the op to benchmark, e.g. scale")
@@ -121,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="+", help="default: every row that can run here")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--verify", action="store_true",
+                        help="verify the golden-unverified rows that can run here first, and time those that pass")
     parser.add_argument("--graph", action="store_true", help="time through CUDA graphs (no launch overhead)")
     parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=False,
                         help="keep the medians in the local store (ranked by only with RAPID_LLM_LOCAL_MEASUREMENTS=1)")
@@ -143,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(n < 1 for n in sizes):
         parser.error("sizes must be >= 1 element")
     start = time.perf_counter()
+    if args.verify:
+        verify_unverified(args.op, device)
     for row, why in eligible_rows(args.op, (args.dtypes or ["fp32"])[0], device, sizes[0]).items():
         if why is not None:
             print(f"skipped {row}: {why}")

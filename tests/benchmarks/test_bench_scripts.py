@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from rapid_llm.kernels.dispatch import measurements
 
@@ -253,3 +254,25 @@ def test_harness_evict_last_needs_a_gpu(capsys):
     script = _load("bench_harness_evict_last")
     assert script.main([]) == 2
     assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def _scale_twin(x, factor, out=None):
+    """native/scale's arithmetic, as an unverified row of its own."""
+    return torch.mul(x, factor, out=out)
+
+
+def test_bench_op_verify_times_an_unverified_row_once_it_passes(capsys):
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
+
+    with spec.isolated(discover=True):
+        spec.register(KernelSpec(name="aot/scale_twin", op="scale", target=_scale_twin, devices=("cpu",),
+                                 golden=GoldenRecord(verified=False, baseline="native/scale")))
+        bench = _load("bench_op")
+        args = ["scale", "--sizes", "1024", "--dtypes", "fp32", "--repeats", "3", "--device", "cpu"]
+        assert bench.main(args) == 0
+        assert "skipped aot/scale_twin: golden unverified" in capsys.readouterr().out
+        assert bench.main([*args, "--verify"]) == 0
+        printed = capsys.readouterr().out
+        assert "verify aot/scale_twin: pass" in printed and "skipped aot/scale_twin" not in printed
+        assert printed.count("aot/scale_twin") >= 2  # its verdict, and its line in the table
