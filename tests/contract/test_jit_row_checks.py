@@ -97,3 +97,60 @@ def test_a_jit_row_of_registered_code_gets_its_ops_checks():
         with pytest.raises(ValueError, match="^fused_add_rms_norm: x is written and must not share memory with"):
             apart(x, x, w, 1e-6)
     assert fuzz.reached == []
+
+
+def test_every_ops_check_reads_metadata_only_or_says_where_it_reads_values():
+    """A JIT row's compiled call path asks its op's check once per kind of call (fastcall_checked.inc): sound only
+    while a check reads no tensor's values, which it shows by running no torch op on the call's tensors (a shape,
+    a stride, a data pointer are no torch op). A check that reads values on a device marks it
+    (rapid_llm.kernels.registry.check_marks), and its calls there are checked every time."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from rapid_llm.bench.ops import make_args
+    from rapid_llm.kernels.registry.check_marks import values_read_on
+
+    class Reads(TorchDispatchMode):
+        def __init__(self, tensors):
+            super().__init__()
+            self.ids, self.ops = {id(t) for t in tensors}, []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(id(t) in self.ids for t in tree_leaves((args, kwargs or {}))):
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    found = {}
+    for op in sorted(spec.all_ops()):
+        check = getattr(spec.native_row(op).load(), "check", None)
+        if check is None or "cpu" in values_read_on(check):
+            continue
+        decl = spec.get_decl(op)
+        for form in (None, *decl.forms):
+            case = make_args(op, 4096, torch.float32, "cpu", form)
+            tensors = [t for t in tree_leaves((case.args, case.kwargs)) if isinstance(t, torch.Tensor)]
+            with Reads(tensors) as reads:
+                check(*case.args, **case.kwargs)
+            if reads.ops:
+                found[f"{op} ({form or 'bench case'})"] = reads.ops
+    assert not found, f"checks that read tensor values (mark them with check_marks.reads_values_on): {found}"
+
+
+def test_a_check_that_reads_values_is_asked_every_call_where_it_reads_them():
+    """reshape_and_cache_flash's check reads the slots of CPU tensors: a slot out of range after good calls of the
+    same shapes is still refused by the twin's compiled call path, before the launch."""
+    from rapid_llm.bench.ops import make_args
+
+    _compiled()
+    fuzz.reached.clear()
+    with fuzz.jit_twins():
+        path = spec.get_row("jit/cpu_twin_of_reshape_and_cache_flash").call_path()
+        case = make_args("reshape_and_cache_flash", 4096, torch.float32, "cpu")
+        path(*case.args, **case.kwargs)
+        path(*case.args, **case.kwargs)
+        key, value, key_cache, value_cache, slots, k_scale, v_scale = case.args
+        bad = slots.clone()
+        bad[0] = key_cache.shape[0] * key_cache.shape[1]
+        with pytest.raises(ValueError, match="^reshape_and_cache_flash: slot_mapping holds slot"):
+            path(key, value, key_cache, value_cache, bad, k_scale, v_scale)
+    assert fuzz.reached == []

@@ -6,6 +6,14 @@ Each op states its checks once, as ``check`` beside its native floor (the floor'
 whichever path it takes. Not an op group (a plain module beside the groups, which the registry does not
 import as one).
 
+A check reads a call's metadata only: the type and value of each non-tensor argument, and each tensor's type,
+dtype, device, shape, strides, alignment (to 64 bytes) and where it lies relative to the others
+(:func:`no_overlap`), never a tensor's values. So a JIT row's call path remembers the calls its op's check passed
+and does not ask again for a call that matches one of them in all of that
+(rapid_llm/kernels/dispatch/fastcall_checked.inc), so a good call pays for its checks about once per shape
+(benchmarks/kernels/bench_row_checks.py). A check that reads values on some devices says where (``reads_values_on``,
+rapid_llm.kernels.registry.check_marks); its calls with a tensor there are checked every time.
+
 Written tensors must not share memory with any other argument (an in-place rotation of ``q`` passed as
 ``k`` too would rotate it twice): :func:`no_overlap` compares byte ranges first, then the rows of
 row-strided views (``q`` and ``k`` as column slices of one qkv buffer share no element and pass).
@@ -18,6 +26,7 @@ from typing import Any, Iterable
 import torch
 
 from rapid_llm.kernels.platform import describe
+from rapid_llm.kernels.registry.check_marks import reads_values_on  # noqa: F401 - the ops mark their checks here
 
 #: The dtypes the shipped ops compute in, by how messages name them.
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -95,8 +104,8 @@ def no_overlap(op: str, written: dict[str, torch.Tensor], others: dict[str, torc
     ``allow_same``: (written, other) pairs that may be the very same view (``scale(x, f, out=x)``, an
     elementwise op reading each element before writing it); a partial overlap is refused even there.
     Skipped while torch.compile traces: its tensors are fakes with no memory to compare, and the eager
-    call (or the custom op's check) sees the real ones. Every call of a CUDA row runs this (its op's
-    check), so a good call costs one byte range per tensor and a comparison per pair, nothing more.
+    call (or the custom op's check) sees the real ones. A good call costs one byte range per tensor and a
+    comparison per pair, nothing more (a CUDA row's call path asks once per kind of call: the module docstring).
     """
     if torch.compiler.is_compiling():
         return

@@ -27,6 +27,7 @@ import torch
 
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
+from rapid_llm.kernels.registry.check_marks import values_read_on
 from rapid_llm.kernels.registry.out_rules import DEFAULT as DEFAULT_OUT, OUT_RULES, make_out
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
 from rapid_llm.kernels.toolchain.cache import local_sources
@@ -207,6 +208,7 @@ class RowChecks(NamedTuple):
     check: Callable[..., Any] | None = None  # the op's argument checks, run before anything else
     answer: Callable[..., Any] | None = None  # raises the answer to a call that failed
     out_at: int = -1  # where the op's signature takes out by position (-1: by keyword only)
+    values_read_on: tuple[str, ...] = ()  # device types whose tensor values check reads (registry.check_marks)
 
 
 def op_checks(target: Any) -> RowChecks:
@@ -217,8 +219,10 @@ def op_checks(target: Any) -> RowChecks:
     eps; a written tensor sharing memory with another argument, which rotates q twice or leaves the wrong
     residual). So a JIT row runs its op's one set of argument checks, the floor's ``check``
     (rapid_llm.kernels.ops.arguments), as the floor and the Triton rows do: every path gives a bad call the
-    floor's answer. Only a call that fails pays for ``answer``. Empty where no registered row has ``target``,
-    or the op's floor has no check.
+    floor's answer. Only a call that fails pays for ``answer``; a call like one that passed ``check`` is not
+    checked again (the compiled call path remembers those: rapid_llm/kernels/dispatch/fastcall_checked.inc),
+    except with a tensor on a device whose values ``check`` reads. Empty where no registered row has
+    ``target``, or the op's floor has no check.
     """
     rows = [r for op in _spec.all_ops() for r in _spec.rows_for(op)]
     row = next((r for r in rows if r.target is target), None) or next(  # or the row of the same code, registered anew
@@ -241,7 +245,7 @@ def op_checks(target: Any) -> RowChecks:
                 raise ValueError(f"{row.op}: the {row.name} row runs on {' and '.join(row.devices)} tensors, "
                                  f"got {t.device.type}")  # arguments.runs_on's words for a Triton row
 
-    return RowChecks(check, answer, params.index("out") if "out" in params else -1)
+    return RowChecks(check, answer, params.index("out") if "out" in params else -1, values_read_on(check))
 
 
 def floor_answer(floor: Callable[..., Any]) -> Callable[..., None]:
@@ -264,13 +268,14 @@ def floor_answer(floor: Callable[..., Any]) -> Callable[..., None]:
 
 
 def _bind(launcher: Callable[..., Any], name: str, rule: str, check: Callable[..., Any] | None = None,
-          answer: Callable[..., Any] | None = None, out_at: int = -1) -> Callable[..., Any]:
-    """``launcher`` behind ``check`` and its out rule: fastcall's OutFirst where the binding builds, else the
-    same in Python."""
+          answer: Callable[..., Any] | None = None, out_at: int = -1,
+          values_read_on: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """``launcher`` behind ``check`` and its out rule: fastcall's OutFirst where the binding builds (which checks
+    a call like one that passed once), else the same in Python (which checks every call)."""
     try:
         from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
 
-        return fastcall().OutFirst(launcher, name, OUT_RULES[rule], check, answer, out_at)
+        return fastcall().OutFirst(launcher, name, OUT_RULES[rule], check, answer, out_at, values_read_on)
     except (ImportError, RuntimeError, OSError):  # no compiler here, or a torch without the exchange API
         pass
 

@@ -27,7 +27,8 @@ RAISE_SOURCE = BINDING_SOURCE.with_name("fastcall_raise.cc")
 #: sources, which fastcall.c includes; compiled into this one extension so a call never crosses two modules.
 DISPATCH_C = Path(__file__).resolve().parents[2] / "dispatch"
 #: Every source of the binding: what its build key covers and the package must carry.
-SOURCES = (BINDING_SOURCE, DISPATCH_C / "fastcall_dispatch.inc", DISPATCH_C / "fastcall_torch.inc", RAISE_SOURCE)
+SOURCES = (BINDING_SOURCE, DISPATCH_C / "fastcall_checked.inc", DISPATCH_C / "fastcall_dispatch.inc",
+           DISPATCH_C / "fastcall_torch.inc", RAISE_SOURCE)
 _MODULE = "_rapid_llm_fastcall"
 #: ``=0``: rl::launch_dependent launches plainly from the start of the process (programmatically by default: see
 #: set_dependent_launch).
@@ -82,7 +83,7 @@ def fastcall() -> ModuleType:
         raise ImportError(f"cannot load {so}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.init(torch.Tensor, api)
+    module.init(torch.Tensor, api, torch.nn.Parameter)
     module.set_dependent_launch(_default_setting())
     return module
 

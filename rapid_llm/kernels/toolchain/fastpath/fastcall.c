@@ -60,6 +60,8 @@ enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6, kDLFlo
 #define RL_ERR_LEN 2048
 
 static PyTypeObject* tensor_type = NULL;
+/* A tensor type besides torch.Tensor whose calls OutFirst may remember (torch.nn.Parameter, a model's weights). */
+static PyTypeObject* plain_tensor_type = NULL;
 static const DLPackExchangeAPI* dlpack = NULL;
 
 /* ---- the CUDA driver, resolved from libcuda on first need ---- */
@@ -354,8 +356,8 @@ static PyObject* launcher_call(PyObject* owner, PyObject* const* args, Py_ssize_
 
 /* ---- module loading ---- */
 static PyObject* fastcall_init(PyObject* m, PyObject* args) {
-  PyObject *type, *capsule;
-  if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &capsule)) return NULL;
+  PyObject *type, *capsule, *plain = NULL;
+  if (!PyArg_ParseTuple(args, "O!O|O!", &PyType_Type, &type, &capsule, &PyType_Type, &plain)) return NULL;
   const DLPackExchangeAPI* api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
   if (!api) return NULL;
   if (api->header.version.major != 1) {
@@ -365,6 +367,10 @@ static PyObject* fastcall_init(PyObject* m, PyObject* args) {
   }
   Py_INCREF(type);
   tensor_type = (PyTypeObject*)type;
+  if (plain != NULL) {
+    Py_INCREF(plain);
+    plain_tensor_type = (PyTypeObject*)plain;
+  }
   dlpack = api;
   Py_RETURN_NONE;
 }
@@ -468,6 +474,7 @@ fail:
   return NULL;
 }
 
+#include "fastcall_checked.inc"
 #include "fastcall_dispatch.inc"
 #include "fastcall_torch.inc"
 
@@ -483,7 +490,9 @@ static PyObject* fastcall_set_dependent_launch(PyObject* self, PyObject* arg) {
 static PyMethodDef methods[] = {
     {"set_dependent_launch", fastcall_set_dependent_launch, METH_O,
      "set_dependent_launch(on) -> bool: whether rl::launch_dependent launches programmatically; returns the old"},
-    {"init", fastcall_init, METH_VARARGS, "init(torch.Tensor, torch.Tensor.__dlpack_c_exchange_api__)"},
+    {"init", fastcall_init, METH_VARARGS,
+     "init(torch.Tensor, torch.Tensor.__dlpack_c_exchange_api__[, torch.nn.Parameter]): the last, a tensor type "
+     "whose calls OutFirst may remember as it does torch.Tensor's"},
     {"load", fastcall_load, METH_VARARGS, "load(path, owner) -> [(name, signature, launcher)]"},
     RL_TORCH_METHODS
     {NULL, NULL, 0, NULL}};

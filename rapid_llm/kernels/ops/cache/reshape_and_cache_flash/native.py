@@ -49,9 +49,13 @@ class CacheGeometry(NamedTuple):
     fp8: bool
 
 
+#: Where the checks read the slots' values (arguments.reads_values_on): nowhere else would it cost no sync.
+VALUES_READ_ON = ("cpu",)
+
+
 def _cache_values_known(t: torch.Tensor) -> bool:
     """Whether the slots can be read without a device sync or a trace: a real CPU tensor, eagerly."""
-    if t.device.type != "cpu" or torch.compiler.is_compiling():
+    if t.device.type not in VALUES_READ_ON or torch.compiler.is_compiling():
         return False
     from torch._subclasses.fake_tensor import is_fake
 
@@ -156,4 +160,4 @@ def check(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value
     check_args(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
 
-reshape_and_cache_flash.check = check
+reshape_and_cache_flash.check = a.reads_values_on(check, VALUES_READ_ON)
