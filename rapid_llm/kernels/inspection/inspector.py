@@ -143,6 +143,13 @@ def _triton(row: Any, result: Inspection) -> None:
 
     from rapid_llm.kernels.inspection import triton_facts
 
+    if row.backend == "gluon":
+        from rapid_llm.kernels.toolchain import gluon_support
+
+        installed = gluon_support.installed()
+        if not installed:  # the row's module imports Gluon: say why there is none instead
+            result.notes.append(f"{row.name}: {installed.reason}")
+            return
     if row.backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1":  # Gluon has no interpreter
         result.notes.append(f"{row.name}: Triton's interpreter runs it here (TRITON_INTERPRET=1), so nothing is "
                             "compiled and there are no build facts")

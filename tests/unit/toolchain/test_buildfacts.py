@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from rapid_llm.kernels.toolchain import buildfacts
 from rapid_llm.kernels.inspection import inspector as inspection
@@ -78,9 +79,23 @@ def test_cuda_tools_are_found_beside_nvcc_when_not_on_path(monkeypatch, tmp_path
 
 
 def test_rows_without_build_facts_say_why(monkeypatch):
-    assert "build facts exist for JIT and Triton rows" in inspection.inspect("native/scale").notes[0]
+    assert "build facts exist for JIT, Triton and Gluon rows" in inspection.inspect("native/scale").notes[0]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert "Triton's interpreter runs it here" in inspection.inspect("triton/scale").notes[0]
+
+
+def test_a_gluon_row_without_a_gpu_or_without_gluon_says_why(monkeypatch):
+    """Gluon ignores the interpreter: on CPU there is nothing compiled and no GPU to compile on; without Gluon,
+    the probe's reason (its module is never imported)."""
+    from rapid_llm.kernels.registry.spec import Availability
+    from rapid_llm.kernels.toolchain import gluon_support
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if gluon_support.installed() and not torch.cuda.is_available():
+        assert "no compiled Gluon kernel in this process" in inspection.inspect("gluon/rms_norm").notes[0]
+    missing = Availability(False, "triton is not installed (Gluon ships with Triton >= 3.6: pip install triton)")
+    monkeypatch.setattr(gluon_support, "installed", lambda: missing)
+    assert inspection.inspect("gluon/rms_norm").notes == [f"gluon/rms_norm: {missing.reason}"]
 
 
 class _FakeCompiled:
