@@ -13,7 +13,10 @@ the checks cost per call: a call like one that passed them is not checked again
 On CPU (``--device cpu``, the default without CUDA) each JIT row gets a CPU twin: a JitRow of the same source,
 launcher name and out rule whose launcher does nothing, registered first in rank for CPU tensors. So the three
 arms run a JIT row's whole call path (K's dispatch, the op's checks, out allocated in C) on CPU tensors, and time
-the host work alone.
+the host work alone. The tables kept: benchmarks/results/logs/row_checks_{cpu,nvidia_h100}.log, the GPU one from
+
+    python benchmarks/kernels/bench_row_checks.py --device cuda --rounds 5 \
+        > benchmarks/results/logs/row_checks_nvidia_h100.log
 """
 from __future__ import annotations
 

@@ -79,6 +79,15 @@ def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys, monkeyp
         assert arm in printed, printed
 
 
+def test_row_checks_runs_on_cpu_through_the_jit_rows_twins(capsys):
+    from rapid_llm.kernels.registry import spec
+
+    assert _load("bench_row_checks").main(["--device", "cpu", "--rounds", "1", "--n", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "jit/cpu_twin_of_rms_norm" in printed and "with checks" in printed
+    assert not [r for op in spec.all_ops() for r in spec.rows_for(op) if "cpu_twin" in r.name]  # gone after
+
+
 def test_strided_script_times_each_row_and_the_layout_alone(capsys):
     strided = _load("bench_strided")
     assert strided.main(["--device", "cpu", "--tokens", "1", "3", "--hidden", "64", "--ops", "rms_norm",
