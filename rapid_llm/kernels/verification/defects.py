@@ -81,6 +81,15 @@ DEFECT_KINDS = {
                               "(verification.routing_mode)",
     "wrong_experts": "a router chose experts whose scores are not the oracle's (verification.routing_mode)",
     "not_renormalised": "a router's weights do not sum to 1 where it was asked to renormalise (verification.routing_mode)",
+    "sampled_outside_set": "a sampler drew a token outside the row's top-k / nucleus set, or no token id "
+                           "(verification.sampling_mode)",
+    "wrong_distribution": "a sampler's draws fail the chi-square against the exact distribution, and fit no named "
+                          "defect's (verification.sampling_mode)",
+    "nucleus_off_by_one": "a sampler's draws fit the nucleus cut one token early (the running sum taken with the token "
+                          "itself) (verification.sampling_mode)",
+    "p_before_k": "a sampler's draws fit top-p applied to the whole distribution before top-k "
+                  "(verification.sampling_mode)",
+    "temperature_ignored": "a sampler's draws fit the logits at temperature 1 (verification.sampling_mode)",
 }
 POISON_BYTE = 0xFF  # all-ones: NaN in fp16, bf16, fp32 and fp64
 CANARY_BYTE = 0xA5  # a finite, odd-looking value in every float type
