@@ -59,9 +59,9 @@ def cpu_twins() -> Iterator[None]:
     try:
         for op, row in jit_rows(torch.device("cuda")).items():
             twin = JitRow(row.target.source, row.target.fn, out=row.target.out, launcher=launcher)
+            spec.register(dataclasses.replace(row, name=f"jit/cpu_twin_of_{op}", target=twin, devices=("cpu",),
+                                              available=None, golden=spec.GoldenRecord(verified=True), priority=1e9))
             names.append(f"jit/cpu_twin_of_{op}")
-            spec.register(dataclasses.replace(row, name=names[-1], target=twin, devices=("cpu",), available=None,
-                                              golden=spec.GoldenRecord(verified=True), priority=1e9))
         yield
     finally:
         for name in names:
