@@ -66,7 +66,7 @@ def promote_python_row(spec: KernelSpec, *, name: str | None, group: str | None,
     if existing is not None and existing.op != spec.op:
         raise PromoteError(f"promote({row!r}): row {shipped} serves op {existing.op!r}, not {spec.op!r}")
     fields = {
-        "name": shipped, "op": spec.op, "fn": launcher.__name__, "dtypes": list(spec.dtypes),
+        "name": shipped, "op": spec.op, "fn": launcher.__name__, "dtypes": list(spec.dtypes), "devices": list(spec.devices),
         "golden": spec.golden.to_json(), "graph_safe": spec.graph_safe, "min_sm": spec.min_sm,
         "description": spec.description or f"promoted from the notebook, launcher {launcher.__name__}()",
         "layouts": list(spec.layouts) if spec.layouts != ("contiguous",) else None,

@@ -23,8 +23,9 @@ __all__ = ["HEADER_PREFIX", "BACKENDS", "read_header", "write_header", "row_from
 
 HEADER_PREFIX = "# rapid_llm row: "
 _HEADER_RE = re.compile(r"^# rapid_llm row: (\{.*\})\s*$")
-_FIELDS = ("name", "op", "fn", "dtypes", "golden", "graph_safe", "min_sm", "description", "layouts", "priority")
-#: The Python backends a module can ship a row of: each one's probe and the devices it runs on.
+_FIELDS = ("name", "op", "fn", "dtypes", "devices", "golden", "graph_safe", "min_sm", "description", "layouts",
+           "priority")
+#: The Python backends a module can ship a row of: each one's probe and the devices it can run on (the default).
 BACKENDS = {
     "gluon": ("rapid_llm.kernels.toolchain.gluon_support:available", ("cuda",)),
     "triton": ("rapid_llm.kernels.toolchain.triton_support:available", ("cuda", "cpu")),
@@ -70,7 +71,7 @@ def row_from_header(fields: dict[str, Any], module: str, target: Any = None) -> 
     probe, devices = BACKENDS[backend]
     return KernelSpec(
         name=fields["name"], op=fields["op"], target=target or f"{module}:{fields['fn']}", available=probe,
-        dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))), devices=devices,
+        dtypes=tuple(fields.get("dtypes", ("bf16", "fp16", "fp32"))), devices=tuple(fields.get("devices", devices)),
         golden=GoldenRecord.from_json(fields.get("golden") or {}), priority=fields.get("priority"),
         graph_safe=bool(fields.get("graph_safe", True)), min_sm=fields.get("min_sm"),
         description=fields.get("description", f"{module}, launcher {fields['fn']}()"),
