@@ -6,8 +6,8 @@ forms under torch.compile(mode="reduce-overhead"), with whether Inductor formed 
 
 The step (rapid_llm.models.decoder.LlamaDecoder; random bf16 weights, no downloads): token ids -> embedding ->
 ``--layers`` Llama-3-8B layers, each writing its paged KV cache (K.reshape_and_cache_flash) -> final norm -> LM
-head (vocabulary 128256) -> a top-k / top-p draw per token (K.top_k_top_p_sampling where the op is declared, else
-the plain-torch stand-in; the run says which). T is the batch of decode tokens, one per sequence. Arms:
+head (vocabulary 128256) -> a top-k / top-p draw per token (K.top_k_top_p_sampling: k 50, p 0.9, temperature
+0.8). T is the batch of decode tokens, one per sequence. Arms:
 
 - ``eager``; ``eager graph``: the eager step captured in a CUDA graph (torch.cuda.CUDAGraph, by the harness);
 - ``compiled``: torch.compile(fullgraph=True) (a graph break fails the run); ``compiled graph``: that, captured;

@@ -4,22 +4,26 @@
       -> fused_add_rms_norm(h, residual) -> LM head -> logits [T, vocab] -> sampler -> next ids [T]
 
 One step of a batch of T decode tokens (T sequences, one token each): every row of the logits is a sequence's
-last, so every row is sampled. The layers are the in-place form (vLLM's): inside the step x and residual are
+last, so every row is sampled. The sampler is one call, ``K.top_k_top_p_sampling`` unless another is given
+(anything with its arguments: ``(x, top_k, top_p, seed_offset, temperature, from_logits) -> ids``); its
+randomness is a ``seed_offset`` tensor, so a captured step draws anew once the caller advances the offset. The layers are the in-place form (vLLM's): inside the step x and residual are
 intermediates, so a compiled step mutates only its caches, buffers that torch.compile passes as static inputs,
 and torch.compile(mode="reduce-overhead") can form its CUDA graphs. Random weights (no downloads), as the layer.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
 import rapid_llm.kernels as K
 from rapid_llm.models.llama import LlamaConfig, LlamaLayer, init_random_
-from rapid_llm.models.sampling import Sampler, default_sampler
 
-__all__ = ["LlamaDecoder"]
+__all__ = ["LlamaDecoder", "Sampler"]
+
+#: ``(x, top_k, top_p, seed_offset, temperature, from_logits) -> ids [B] int64``: K.top_k_top_p_sampling's call.
+Sampler = Callable[..., torch.Tensor]
 
 
 class LlamaDecoder(torch.nn.Module):
@@ -34,8 +38,8 @@ class LlamaDecoder(torch.nn.Module):
                              f"{kv_blocks}")
         self.cfg = cfg
         self.ops = K if ops is None else ops
-        self.sampler_name, self.sampler = default_sampler() if sampler is None else (
-            getattr(sampler, "__name__", repr(sampler)), sampler)
+        self.sampler: Sampler = K.top_k_top_p_sampling if sampler is None else sampler
+        self.sampler_name = "K.top_k_top_p_sampling" if sampler is None else getattr(sampler, "__name__", repr(sampler))
         self.layers = torch.nn.ModuleList(
             LlamaLayer(cfg, dtype=dtype, device=device, ops=ops, kv_blocks=kv_blocks, block_size=block_size)
             for _ in range(layers))

@@ -13,7 +13,6 @@ import torch
 from rapid_llm.models.decoder import LlamaDecoder
 from rapid_llm.models.graph_checks import CudagraphWatch
 from rapid_llm.models.llama import LlamaConfig, LlamaLayer
-from rapid_llm.models.sampling import default_sampler
 from tests.reference import assert_close_to_ref
 
 pytestmark = pytest.mark.gpu
@@ -75,9 +74,8 @@ def test_the_in_place_layer_is_skipped_for_its_mutated_inputs_and_the_watch_sees
 
 
 def test_the_decode_step_forms_cuda_graphs_and_samples_as_eager():
-    name, sampler = default_sampler()
     make = lambda: LlamaDecoder.random(CFG, layers=2, vocab=1000, kv_blocks=KV_BLOCKS, block_size=BLOCK,  # noqa: E731
-                                       dtype=torch.float32, device="cuda", sampler=sampler)
+                                       dtype=torch.float32, device="cuda")
     positions, _, _, slots = _inputs(torch.float32)
     gen = torch.Generator().manual_seed(2)
     args = (torch.randint(0, 1000, (TOKENS,), generator=gen).cuda(), positions, slots,
@@ -86,7 +84,7 @@ def test_the_decode_step_forms_cuda_graphs_and_samples_as_eager():
     eager, compiled = make(), make()
     expected = eager(*args)
     watch, (got,) = _compiled_calls(compiled, args, copies=False)
-    assert watch.formed, f"{name}: {watch.summary()}"
-    assert torch.equal(got, expected), f"{name}: {got.tolist()} != {expected.tolist()}"
+    assert watch.formed, watch.summary()
+    assert torch.equal(got, expected), f"{got.tolist()} != {expected.tolist()}"
     for a, b in zip(eager.layers, compiled.layers):
         torch.testing.assert_close(a.key_cache, b.key_cache)
