@@ -94,3 +94,9 @@ def assert_rows_by_compare_mode(op: str, rows: Mapping[str, Callable[..., Any]],
     exact = exact_answer(op, args)
     return {name: assert_by_compare_mode(op, fn, args, where, exact=exact, what=f"{op} {name} at {case}")
             for name, fn in rows.items()}
+
+
+def exact_distribution(op: str, args: tuple) -> torch.Tensor:
+    """A sampling op's exact renormalised distribution, float64 [rows, vocab], one row per distinct row of the call:
+    its comparison mode's view (rapid_llm.kernels.verification.sampling_mode) on ``args`` in float64."""
+    return spec.get_decl(op).reference.compare.view(*comparison.to64(args)).probs
