@@ -329,6 +329,15 @@ def test_gluon_row_is_declared_for_hopper_and_unverified_until_a_gpu_verifies_it
     assert row.golden.baseline == "native/rms_norm" and row.takes("rows")
 
 
+def test_gluon_row_loads_on_cpu_and_refuses_cpu_tensors():
+    """Its module imports without a GPU (a @gluon.jit kernel compiles at its first launch, not at import); a direct
+    call with CPU tensors gets a ValueError naming the op, never a driver error."""
+    pytest.importorskip("triton.experimental.gluon")
+    fn = spec.get_row(GLUON).load()
+    with pytest.raises(ValueError, match=r"^rms_norm: the Gluon row runs on cuda tensors, got cpu"):
+        fn(torch.randn(2, 8), torch.ones(8), 1e-6)
+
+
 #: The Gluon kernel compiled for sm_90 without a GPU, at the launch shapes the row picks (a one-pass row, a
 #: masked tail, a two-pass row): ptxas's report of Triton's own ptxas, the IR's layout, the PTX's accesses.
 _COMPILE_GLUON_FOR_SM90 = textwrap.dedent("""
