@@ -1,4 +1,4 @@
-"""The custom ops on a GPU: each op's C kernel runs what device-time dispatch runs, bit for bit, and raises a row's
+"""The custom ops on a GPU: opcheck on every reference case of every op and dtype, on CUDA; each op's C kernel runs what device-time dispatch runs, bit for bit, and raises a row's
 words for a key it learned; the Llama-style decoder layer compiles under Inductor on CUDA in every dtype; every Triton
 row compiles under torch.compile. The CPU checks, and the helpers these use, are in tests/contract/test_custom_ops.py.
 """
@@ -13,7 +13,8 @@ from rapid_llm.kernels.dispatch import c_kernels, custom_ops, dispatcher as disp
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification import golden
 from rapid_llm.models.llama import LlamaConfig, LlamaLayer
-from tests.contract.test_custom_ops import DTYPES, SHIPPED, _check_layer, _clone, _layer_inputs
+from tests.contract.test_custom_ops import DTYPES, SHIPPED, _check_layer, _clone, _layer_inputs, \
+    opcheck_reference_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -71,3 +72,9 @@ def test_triton_rows_compile_under_inductor(row, dtype):
     expected = call(fn, *_clone(args))
     got = call(torch.compile(fn, fullgraph=True), *_clone(args))
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", sorted(spec.all_ops()))
+def test_opcheck_passes_on_every_reference_case_on_cuda(op, dtype):
+    opcheck_reference_cases(op, dtype, torch.device("cuda"))
