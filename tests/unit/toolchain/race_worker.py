@@ -14,8 +14,8 @@ import zlib
 
 
 def marker(proc: int, rnd: int) -> str:
-    """Processes 0-3 run one shared body per round (same content, racing for one key); 4-7 their own."""
-    return f"shared-r{rnd % 3}" if proc < 4 else f"p{proc}-r{rnd % 3}"
+    """Even processes run one shared body per round (same content, racing for one key); odd ones their own."""
+    return f"shared-r{rnd % 3}" if proc % 2 == 0 else f"p{proc}-r{rnd % 3}"
 
 
 def factor(mark: str) -> int:
