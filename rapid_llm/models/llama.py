@@ -18,9 +18,10 @@ never mutates its inputs. Why both: torch.compile(mode="reduce-overhead") skips 
 mutates an input that is not static ("mutated inputs"), and a compiled layer's x and residual are its inputs.
 Inside a compiled model of several layers (rapid_llm.models.decoder) they are intermediates, and the in-place
 form costs nothing; the caches are buffers, static inputs, whose mutation CUDA-graph trees allow. The copies are
-the smallest change that lets a lone layer graph: the ops keep their in-place API, Inductor writes the copies as
-pointwise kernels (2 x T x hidden elements read and written) and hands them to fused_add_rms_norm as intermediates it may write; a functional
-fused_add_rms_norm (new output tensors) would save that copy only with new rows for every backend.
+the smallest change that lets a lone layer graph: the ops keep their in-place API, and Inductor writes the
+copies as pointwise kernels (2 x T x hidden elements read and written) and hands them to fused_add_rms_norm as
+intermediates it may write; a functional fused_add_rms_norm (new output tensors) would save those copies only
+with new rows for every backend.
 
 Weights are random (:meth:`LlamaLayer.random`): the layer exists to compile, check and time the ops in their
 real order and shapes, not to be a model. It imports nothing from the benchmarks and runs on any device the
