@@ -158,6 +158,18 @@ def _moe(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> tuple[
     return [logits, k, rng.choice(["softmax", "sigmoid"]), rng.choice([True, False]), bias, groups, keep], {}
 
 
+def _sampling(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> tuple[list, dict]:
+    b, v = rng.choice([0, 1, 3, 5]), rng.choice([1, 8, 33])
+    logits = rng.random() < 0.5
+    x = _r(gen, b, v, scale=2.0)
+    x = (x if logits else x.softmax(-1)).to(dtype)
+    top_k = torch.randint(-1, v + 2, (b,), generator=gen).to(rng.choice([torch.int32, torch.int64]))
+    top_p = torch.rand(b, generator=gen) * 1.2
+    temperature = torch.rand(b, generator=gen) * 2.0 if logits and rng.random() < 0.7 else None
+    return [x, top_k if rng.random() < 0.8 else None, top_p,
+            torch.tensor([rng.randrange(1 << 40), rng.randrange(1 << 20)]), temperature, logits], {}
+
+
 @dataclasses.dataclass(frozen=True)
 class OpShape:
     """What the fuzzer knows of an op: its valid call, its argument kinds, and what it writes."""
@@ -189,6 +201,8 @@ OPS: dict[str, OpShape] = {
     "reshape_and_cache_flash": OpShape(_kv_cache, ("key", "value", "key_cache", "value_cache", "slot_mapping",
                                                    "k_scale", "v_scale"), (), (2, 3), (0, 1),
                                        alias=((3, 2), (2, 0))),
+    "top_k_top_p_sampling": OpShape(_sampling, ("x", "top_k", "top_p", "seed_offset", "temperature", "from_logits"),
+                                    (), (), (0, 2)),
 }
 
 

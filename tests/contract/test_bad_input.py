@@ -8,7 +8,7 @@ from __future__ import annotations
 from tests.contract import bad_input_cases as fuzz
 
 SEED = 52
-PER_OP = 80  # per op: 9 ops, 720 cases
+PER_OP = 80  # per op: 10 ops, 800 cases
 
 
 def test_every_bad_call_gets_one_clear_answer(record_property):

@@ -17,7 +17,6 @@ DECLARATION = define_op(
         "the same ids for the same seed_offset on every row",
     reference=sampling_reference.REFERENCE,
     bench=sampling_reference.bench_case,
-    token_numel=sampling_reference.BENCH_VOCAB,
     # Functional: out= is the eager op's (K.top_k_top_p_sampling); the custom op returns a new tensor.
     schema="(Tensor x, Tensor? top_k, Tensor? top_p, Tensor seed_offset, Tensor? temperature=None, "
            "bool from_logits=False) -> Tensor",

@@ -314,16 +314,18 @@ def call(fn: Any, x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tens
 
 
 def bench_case(numel: int, dtype: torch.dtype, device: torch.device) -> CaseArgs:
-    """max(1, numel // 131072) rows of 131072 probabilities, each with its own k in [1, 100] and p = 0.9
-    (FlashInfer's top_k_top_p_sampling_from_probs at batch 128: numel = 2^24)."""
-    rows = max(1, numel // BENCH_VOCAB)
-    probs = torch.empty((rows, BENCH_VOCAB), dtype=torch.float32, device=device).exponential_().pow_(4.0)
+    """numel // 131072 rows of 131072 probabilities (one row of numel below that), each row with its own k in
+    [1, 100] and p = 0.9: FlashInfer's top_k_top_p_sampling_from_probs at batch 128 is numel = 2^24 (one of
+    bench_op's default GPU sizes). No token_numel: a row is a whole vocabulary, and the CPU passes over the shipped
+    rows (tests/contract) run the Triton row in the interpreter at the small sizes only."""
+    rows, vocab = (numel // BENCH_VOCAB, BENCH_VOCAB) if numel >= BENCH_VOCAB else (1, max(1, numel))
+    probs = torch.empty((rows, vocab), dtype=torch.float32, device=device).exponential_().pow_(4.0)
     probs = (probs / probs.sum(dim=1, keepdim=True)).to(dtype)
     top_k = torch.randint(1, 101, (rows,), dtype=torch.int32, device=device)
     top_p = torch.full((rows,), 0.9, dtype=torch.float32, device=device)
     seed_offset = torch.tensor([1234, 0], dtype=torch.int64, device=device)
     return CaseArgs(sampling_args(probs, top_k, top_p, seed_offset), {},
-                    bytes_moved=rows * BENCH_VOCAB * probs.element_size() + rows * (4 + 4 + 8))
+                    bytes_moved=rows * vocab * probs.element_size() + rows * (4 + 4 + 8))
 
 
 REFERENCE = Reference(make_inputs=make_inputs, oracle=oracle, call=call, edge_cases=edge_cases,
