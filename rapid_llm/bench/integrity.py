@@ -157,6 +157,8 @@ def compare(got: Any, want: Any, where: str = "result") -> str | None:
                                                             f"{type(want).__name__}"
     if got.shape != want.shape:
         return f"{where}: shape {list(got.shape)}, expected {list(want.shape)}"
+    if got.dtype == want.dtype and got.device == want.device and torch.equal(got, want):
+        return None  # the usual answer (the same code on the same content), without the fp64 comparison's copies
     if not want.is_floating_point():
         bad = (got != want).sum().item()
         return f"{where}: {bad} of {want.numel()} elements differ" if bad else None
