@@ -8,7 +8,7 @@
 #      (scale, which has no token shape, through bench_op.py --results);
 #   4. bench_tune.py: the 108-candidate CUDA rms_norm (benchmarks/tune/), the verified-autotune figure.
 # Each step has its own time limit (STEP_TIMEOUT, seconds); a step that fails is logged and the next runs.
-# BENCH_TUNE=0 leaves step 4 out (it measures tune itself, not the figures; one GPU kind's run shows it).
+# TUNE=0 leaves step 2 out (the pins already committed for this GPU kind hold, or none); BENCH_TUNE=0 leaves step 4 out (it measures tune itself, not the figures; one GPU kind's run shows it).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_tune_sweep.sh OUTDIR}
 mkdir -p "$out"
@@ -18,7 +18,7 @@ step() { local name=$1; shift; echo "=== $name" | tee -a "$out/run.log"; local t
   timeout -s INT "$limit" "$@" > "$out/$name.log" 2>&1; echo "rc=$? in $((SECONDS - t0)) s" | tee -a "$out/run.log"
   tail -n "${TAIL:-25}" "$out/$name.log"; }
 step row_checks python benchmarks/kernels/bench_row_checks.py --device cuda
-step tune_shipped python - <<'PY'
+[ "${TUNE:-1}" = 0 ] || step tune_shipped python - <<'PY'
 from rapid_llm.bench.tune import tune
 for row in ("jit/rms_norm", "triton/rms_norm"):
     print(tune(row, replace=True).summary(), flush=True)
