@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -277,3 +280,37 @@ def test_the_cuda_row_compiles_for_every_supported_arch():
     archs = [a for a in platform.SUPPORTED_ARCHS if a in platform.supported_archs()]
     report = jit.compile_check(CU.resolve(), archs)
     assert list(report.kernels) == archs and all(n == 3 for n in report.kernels.values()), report.kernels
+
+
+# ------------------------------------------------------------------ the Triton row compiled for a GPU
+
+
+#: The Triton kernel compiled for sm_90 (no GPU needed): the chunked path from logits (bf16, int32 k), the one-chunk
+#: path from probabilities (fp32, int64 k) and from logits (fp16); the interpreter runs none of Triton's GPU lowering.
+_COMPILE_FOR_SM90 = textwrap.dedent("""
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from rapid_llm.kernels.ops.sampling.top_k_top_p_sampling.triton import _sample_kernel
+
+target = GPUTarget("cuda", 90, 32)
+names = ("x_ptr", "k_ptr", "p_ptr", "t_ptr", "so_ptr", "out_ptr", "batch", "vocab", "stride_b", "stride_v", "stride_k",
+         "stride_p", "stride_t", "stride_o")
+for dt, kdt, logits, single, block_r, block_v in (("bf16", "i32", True, False, 1, 512),
+                                                  ("fp32", "i64", False, True, 4, 128),
+                                                  ("fp16", "i32", True, True, 1, 512)):
+    sig = dict(zip(names, ("*" + dt, "*" + kdt, "*fp32", "*fp32", "*i64", "*i64", "i32", "i32", "i64", "i64", "i64",
+                           "i64", "i64", "i64")))
+    consts = {"HAS_K": True, "HAS_P": True, "HAS_T": logits, "FROM_LOGITS": logits, "SINGLE": single,
+              "BLOCK_R": block_r, "BLOCK_V": block_v}
+    sig.update({n: "constexpr" for n in consts})
+    compile(ASTSource(_sample_kernel, sig, constexprs=consts), target=target)
+print("ok")
+""")
+
+
+def test_the_triton_kernel_compiles_for_sm90_in_each_path():
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # a real compile, not the interpreter
+    out = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -29,7 +29,7 @@ from rapid_llm.kernels.ops.sampling.top_k_top_p_sampling.native import OP, check
 #: interpreter (fewer, larger numpy ops; the ids do not depend on it).
 TILE = 512
 INTERPRETER_TILE = 1 << 16
-_BIG = 1 << 40
+_BIG = tl.constexpr(1 << 40)
 
 
 @triton.jit
