@@ -139,10 +139,13 @@ CPU_WARMUP, CPU_REPEATS = 1, 3
 
 
 def cpu_numels(op: str) -> tuple[int, int]:
-    """An odd size (a tail in a row's last block; one token of a model-shaped op) and two tokens of the op's bench
-    model (two programs of a per-token Triton grid, two rows of a norm), or 8192 elements of an op without tokens."""
+    """An odd size (a tail in a row's last block; at most three tokens of a model-shaped op, whose Triton grid is a
+    program per token in the interpreter) and two tokens of the op's bench model (two programs of a per-token Triton
+    grid, two rows of a norm), or 8192 elements of an op without tokens."""
     token_numel = spec.get_decl(op).token_numel
-    return 4097, 2 * token_numel if token_numel else 1 << 13
+    if not token_numel:
+        return 4097, 1 << 13
+    return min(4097, 3 * token_numel), 2 * token_numel
 
 
 @pytest.mark.parametrize("op", spec.all_ops())
