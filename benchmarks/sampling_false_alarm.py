@@ -76,8 +76,9 @@ def run(row: str, runs: int, dtype: torch.dtype, device: torch.device, names: li
         lines += [f"  failed: run {i}, p = {pv:.3g}, outside {o}, changed {c}" for i, pv, o, c in fails]
         total_fail, total_runs = total_fail + len(fails), total_runs + tested
     upper = _upper95(total_fail, total_runs)
-    lines.append(f"all cases: {total_fail} false alarms in {total_runs} tested runs = {total_fail / max(total_runs, 1):.2e}"
-                 f" (95% upper bound {upper:.2e}); stated {mode.alpha:g} a case")
+    rate = total_fail / max(total_runs, 1)
+    lines.append(f"all cases: {total_fail} false alarms in {total_runs} tested runs = {rate:.2e} (95% upper bound "
+                 f"{upper:.2e}); stated {mode.alpha:g} a case")
     return lines
 
 

@@ -8,8 +8,8 @@ to the last bits of exp, which torch, Triton and CUDA round differently):
 1. Weights. From probabilities (``from_logits=False``): p in fp32, NaN and negatives as 0, +inf as the largest
    fp32; ``w = floor(div_rn(p, max p) * 2^32)`` (int64, the row's largest is 2^32). From logits: x in fp32,
    NaN as -inf, +inf as the largest fp32, m = max x; ``w = floor(exp(div_rn(x - m, T)) * 2^32)`` (0 where that
-   is NaN: -inf at an infinite temperature). A row with no positive weight (every probability 0, every logit -inf) has every w = 0. A temperature <= 0 or NaN is
-   greedy: T = 1 and k = 1.
+   is NaN: -inf at an infinite temperature). A row with no positive weight (every probability 0, every logit
+   -inf) has every w = 0. A temperature <= 0 or NaN is greedy: T = 1 and k = 1.
 2. The order: w descending, ties to the lower token id (a stable sort). Position j (0-based) is kept iff
    ``j < k`` (k <= 0 or k >= vocab: every position) and ``j == 0 or excl_j < p * W_k`` in float64, where
    excl_j is the integer sum of the weights before j and W_k that of the first k (top-k first, then top-p

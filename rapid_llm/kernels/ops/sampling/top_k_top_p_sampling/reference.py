@@ -44,7 +44,8 @@ _AMBIGUOUS_MASS = 1e-6
 
 
 def sampling_args(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None,
-                  seed_offset: torch.Tensor, temperature: torch.Tensor | None = None, from_logits: bool = False) -> tuple:
+                  seed_offset: torch.Tensor, temperature: torch.Tensor | None = None,
+                  from_logits: bool = False) -> tuple:
     """The op's positional arguments (every row takes all six)."""
     return (x, top_k, top_p, seed_offset, temperature, from_logits)
 
