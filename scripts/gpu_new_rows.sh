@@ -31,5 +31,6 @@ step bench_gate python benchmarks/bench_op.py moe_topk_gate --verify --tokens 1 
   ${RESULTS:+--results}
 step bench_sampling python benchmarks/bench_op.py top_k_top_p_sampling --verify --sizes 131072 1048576 16777216 \
   --dtypes fp32 ${RESULTS:+--results}
+[ "${DECODE:-1}" = 0 ] && exit 0  # DECODE=0: the rows only
 step decode python benchmarks/models/bench_decode.py --device cuda
 step decode_layer_forms python benchmarks/models/bench_decode.py --device cuda --layer-forms
