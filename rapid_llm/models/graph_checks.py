@@ -144,5 +144,7 @@ class CudagraphWatch:
         graphs = "unknown" if self.graphs is None else str(self.graphs)
         if self.formed:
             return f"cudagraphs formed ({graphs} recorded)"
-        why = "; ".join(self.reasons) or f"{self.skips} skip(s), {graphs} graph(s) recorded"
+        why = "; ".join(self.reasons) or (f"{self.skips} skip(s), {graphs} graph(s) recorded" if self.skips else
+                                          "no graph recorded, no skip while watched (its graph was compiled, and "
+                                          "any skip logged, before)")
         return f"cudagraphs NOT formed: {why}"

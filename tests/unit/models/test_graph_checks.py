@@ -23,3 +23,5 @@ def test_the_watch_wants_a_recorded_graph_where_it_can_count_them():
     assert watch.skips == 0 and watch.reasons == []
     assert watch.graphs in (0, None)  # no CUDA here: the trees recorded nothing
     assert watch.formed is (watch.graphs is None)
+    if not watch.formed:
+        assert "no graph recorded, no skip while watched" in watch.summary()
