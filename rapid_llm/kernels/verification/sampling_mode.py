@@ -15,7 +15,9 @@ copy draws its own number: the draw depends on the row index), and this mode jud
   row (``benchmarks/sampling_false_alarm.py`` measures it). A failing case is ``wrong_distribution``, unless
   the draws fit one of the alternatives the op's view names (its support and the same test at ``alpha``):
   then that alternative is the defect (``nucleus_off_by_one``, ``p_before_k``, ``temperature_ignored``).
-  A row whose boundary is ambiguous (a token of real mass within rounding of it) is not tested, and counted.
+  Where several alternatives fit (a case too small to tell them apart), the one under which the draws are
+  likeliest is named. A row whose boundary is ambiguous (a token of real mass within rounding of it) is not
+  tested, and counted.
 - **determinism**: the op's ``call`` draws the first rows again; a different token for the same row, seed
   and offset comes back as :data:`NONDETERMINISTIC` and is ``nondeterministic``.
 
@@ -128,13 +130,18 @@ class SamplingOutput:
         group = v.group.to("cpu")
         may = v.may.to("cpu")
         outside = ~unstable & (~valid | ~may[group, ids] if rows else ~valid)
-        counts = torch.zeros(v.probs.shape, dtype=torch.float64)
-        ok = valid & ~outside
-        counts.index_put_((group[ok], ids[ok]), torch.ones(int(ok.sum()), dtype=torch.float64), accumulate=True)
-        n_per = torch.bincount(group[~unstable], minlength=v.probs.shape[0]) if rows else torch.zeros(0)
+        def tally(which: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            counts = torch.zeros(v.probs.shape, dtype=torch.float64)
+            counts.index_put_((group[which], ids[which]), torch.ones(int(which.sum()), dtype=torch.float64),
+                              accumulate=True)
+            return counts, counts.sum(dim=1)
+
+        inside = tally(valid & ~outside & ~unstable)  # the exact distribution's test: its support's draws
+        every = tally(valid & ~unstable)              # an alternative's: every draw
         probs = v.probs.to("cpu", torch.float64)
 
-        def test(dist: torch.Tensor, skip: torch.Tensor) -> tuple[float, torch.Tensor, int]:
+        def test(dist: torch.Tensor, skip: torch.Tensor, drawn: tuple) -> tuple[float, torch.Tensor, int]:
+            counts, n_per = drawn
             stat, df, tested = 0.0, 0, 0
             failing = torch.zeros(dist.shape[0], dtype=torch.bool)
             for u in range(dist.shape[0]):
@@ -147,8 +154,8 @@ class SamplingOutput:
                 stat, df = stat + s, df + d
             return tail(stat, df), failing, tested
 
-        p_value, failing, tested = test(probs, v.ambiguous.to("cpu"))
-        fits = []
+        p_value, failing, tested = test(probs, v.ambiguous.to("cpu"), inside)
+        fits: dict[str, float] = {}
         if (p_value < self.alpha or bool(outside.any())) and rows:
             for name in ALTERNATIVES:
                 alt = v.alternatives.get(name)
@@ -157,10 +164,12 @@ class SamplingOutput:
                 alt = alt.to("cpu", torch.float64)
                 if bool((~valid).any()) or bool((alt[group[valid], ids[valid]] <= 0).any()):
                     continue  # a draw the alternative cannot make
-                alt_p, _, _ = test(alt, torch.zeros(alt.shape[0], dtype=torch.bool))
-                if alt_p >= self.alpha:
-                    fits.append(name)
-        return v, _Judged(valid, outside, unstable, p_value, tested, failing, tuple(fits))
+                alt_p, _, _ = test(alt, torch.zeros(alt.shape[0], dtype=torch.bool), every)
+                if alt_p >= self.alpha:  # fits: scored by the draws' log-likelihood under it
+                    fits[name] = float(torch.log(alt[group[valid], ids[valid]]).sum())
+        best = max(fits.values(), default=None)
+        named = tuple(name for name, score in fits.items() if score == best)  # the likeliest (ties: all)
+        return v, _Judged(valid, outside, unstable, p_value, tested, failing, named)
 
     def errors(self, got: torch.Tensor, exact: torch.Tensor, args: tuple,
                counts: MutableMapping[str, int]) -> CaseErrors:
