@@ -27,6 +27,7 @@ KEYS: tuple[str, ...] = ("CUDA",)
 _KINDS = {"Tensor": "t", "float": "f", "int": "i", "bool": "b"}
 
 _index: dict[str, int] = {}  # op -> its C kernel
+_fast: Any = None  # the fastcall module the C kernels live in (asked once; forget and learned reuse it)
 _why_not: dict[str, str] = {}  # op -> why it has none
 
 
@@ -73,6 +74,8 @@ def attach(lib: torch.library.Library, schema: Any, impl: Callable[..., Any], di
     python = python_op_name(name)
     lib.define(schema.text.replace(f"{name}(", f"{python}(", 1))
     returns_tensor = schema.returns == "Tensor"
+    global _fast
+    _fast = fast
     served = []
     for key in keys:
         index = fast.torch_kernel(lib.ns, name, python, kinds(schema.args), schema.dispatch_arg, returns_tensor, key)
@@ -112,18 +115,14 @@ def _python_kernel(fast: Any, index: int, impl: Callable[..., Any], dispatcher: 
 def forget() -> None:
     """Every C kernel forgets what it learned (rows, figures or an op changed)."""
     if _index:
-        from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
-
-        fastcall().torch_forget()
+        _fast.torch_forget()
 
 
 def learned(name: str) -> list[tuple[int, str | None]]:
     """What op ``name``'s C kernel has learned: (key, the launcher's name, or None where Python serves)."""
     if name not in _index:
         return []
-    from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
-
-    return fastcall().torch_learned(_index[name])
+    return _fast.torch_learned(_index[name])
 
 
 def why_not(name: str) -> str:
