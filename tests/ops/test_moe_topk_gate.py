@@ -269,11 +269,11 @@ def test_fullgraph_compile_of_a_function_calling_the_gate():
 CU = Path(native.__file__).with_name("moe_topk_gate.cu")
 
 
-def test_the_cuda_row_is_declared_unverified_and_says_so_on_its_first_line():
+def test_the_cuda_row_is_declared_verified_and_says_so_on_its_first_line():
     row_spec = spec.get_row("jit/moe_topk_gate")
-    assert row_spec.golden.verified is False and row_spec.devices == ("cuda",)  # never run: not dispatched
+    assert row_spec.golden.verified is True and row_spec.devices == ("cuda",)  # verified on a GPU
     first = CU.read_text().splitlines()[0]
-    assert "jit/moe_topk_gate" in first and "golden unverified" in first
+    assert "jit/moe_topk_gate" in first and "verified on an H100" in first
     from rapid_llm.kernels.toolchain.jit_row import read_header
 
     assert read_header(CU.read_text(), str(CU)) is None  # not a self-declared row: no out rule fits two outputs

@@ -323,9 +323,9 @@ def test_gluon_row_is_filtered_on_cpu_with_the_reason():
     assert verdict.reason == (gluon_support.NO_INTERPRETER if installed else installed.reason)
 
 
-def test_gluon_row_is_declared_for_hopper_and_unverified_until_a_gpu_verifies_it():
+def test_gluon_row_is_declared_for_hopper_and_verified_on_a_gpu():
     row = spec.get_row(GLUON)
-    assert (row.backend, row.min_sm, row.devices, row.golden.verified) == ("gluon", 90, ("cuda",), False)
+    assert (row.backend, row.min_sm, row.devices, row.golden.verified) == ("gluon", 90, ("cuda",), True)
     assert row.golden.baseline == "native/rms_norm" and row.takes("rows")
 
 

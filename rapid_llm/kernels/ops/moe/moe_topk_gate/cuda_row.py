@@ -7,8 +7,8 @@ parameter can be, so this wrapper is the row: the op's checks, the outputs alloc
 out_weights / out_ids), and the launcher ``moe_topk_gate_launch(weights, ids, logits, bias, k, sigmoid,
 renormalize, num_groups, topk_groups)`` (bias: an empty tensor for none), built on first use.
 
-Golden unverified: the kernel has compiled for every supported arch (tests/ops/test_moe_topk_gate.py) but never
-run on a GPU, so dispatch does not use it until ``verify("jit/moe_topk_gate")`` passes on one.
+Verified on an H100 (the routing mode: 0 rows whose ids differ from the oracle's, in every dtype); CPU CI
+compiles it for every supported arch (tests/ops/test_moe_topk_gate.py).
 """
 from __future__ import annotations
 

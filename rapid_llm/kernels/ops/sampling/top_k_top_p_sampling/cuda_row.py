@@ -8,8 +8,8 @@ allocated (or the caller's out), k as int64 and every optional tensor contiguous
 and the launcher ``top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature, seed_offset, from_logits)``,
 built on first use.
 
-Golden unverified: the kernel has compiled for every supported arch (tests/ops/test_top_k_top_p_sampling.py)
-but never run on a GPU, so dispatch does not use it until ``verify("jit/top_k_top_p_sampling")`` passes on one.
+Verified on an H100 (the sampling mode: every draw the float64 oracle's token for its random number, no case
+failing the chi-square); CPU CI compiles it for every supported arch (tests/ops/test_top_k_top_p_sampling.py).
 """
 from __future__ import annotations
 
