@@ -8,7 +8,6 @@ torch.compile, and the CUDA row's status.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,6 @@ import pytest
 import torch
 
 import rapid_llm.kernels as K
-from rapid_llm.kernels import platform
 from rapid_llm.kernels.ops.moe.moe_topk_gate import native, reference
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.registry.spec import KernelSpec
@@ -240,6 +238,7 @@ def test_a_near_tie_within_fp32_rounding_is_allowed_either_way_and_counted():
 
 def test_the_custom_op_is_functional_and_matches_k():
     logits, k, scoring, renormalize, bias, groups, keep = dsv3(5, seed=6)
+    K.register_torch_ops()  # torch.ops.rapid_llm.<op> resolves after this (or after any K call)
     op = torch.ops.rapid_llm.moe_topk_gate
     assert "Tensor? bias=None" in str(op.default._schema) and "-> (Tensor, Tensor)" in str(op.default._schema)
     w, i = op(logits, k, scoring, renormalize, bias, groups, keep)
@@ -280,16 +279,6 @@ def test_the_cuda_row_is_declared_verified_and_says_so_on_its_first_line():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"^moe_topk_gate: the CUDA row runs on cuda tensors, got cpu$"):
             row("jit/moe_topk_gate")(torch.randn(2, 8), 2)
-
-
-@pytest.mark.skipif(shutil.which("g++") is None or not platform.supported_archs(),
-                    reason="compile checks need g++ and nvcc (not found, or it targets no supported arch)")
-def test_the_cuda_row_compiles_for_every_supported_arch():
-    from rapid_llm.kernels.toolchain import jit
-
-    archs = [a for a in platform.SUPPORTED_ARCHS if a in platform.supported_archs()]
-    report = jit.compile_check(CU, archs)
-    assert list(report.kernels) == archs and all(n > 0 for n in report.kernels.values()), report.kernels
 
 
 # ------------------------------------------------------------------ forms and dispatch

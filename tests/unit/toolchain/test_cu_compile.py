@@ -15,11 +15,11 @@ import pytest
 from rapid_llm.kernels.toolchain import jit
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.toolchain.fastpath.device import arch_name
-from rapid_llm.kernels.toolchain.jit_row import read_header
 from rapid_llm.notebook.compile_errors import cell_diagnostics
 
-#: The shipped sources that declare a row (a .cu file is a row by its header line).
-SHIPPED_ROWS = sorted(p for p in platform.OPS_DIR.glob("*/*/*.cu") if read_header(p.read_text(errors="replace"), str(p)))
+#: Every shipped .cu: a row by its header line, or behind a row its op declares (moe_topk_gate's, whose outputs fit no
+#: out rule).
+SHIPPED_ROWS = sorted(platform.OPS_DIR.glob("*/*/*.cu"))
 
 needs_toolchain = pytest.mark.skipif(
     shutil.which("g++") is None or not platform.supported_archs(),

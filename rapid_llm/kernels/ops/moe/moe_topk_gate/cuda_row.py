@@ -8,7 +8,7 @@ out_weights / out_ids), and the launcher ``moe_topk_gate_launch(weights, ids, lo
 renormalize, num_groups, topk_groups)`` (bias: an empty tensor for none), built on first use.
 
 Verified on an H100 (the routing mode: 0 rows whose ids differ from the oracle's, in every dtype); CPU CI
-compiles it for every supported arch (tests/ops/test_moe_topk_gate.py).
+compiles it for the oldest supported arch and the GPU suite for every one (tests/unit/toolchain/test_cu_compile.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ and the launcher ``top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature
 built on first use.
 
 Verified on an H100 (the sampling mode: every draw the float64 oracle's token for its random number, no case
-failing the chi-square); CPU CI compiles it for every supported arch (tests/ops/test_top_k_top_p_sampling.py).
+failing the chi-square); CPU CI compiles it
+for the oldest supported arch and the GPU suite for every one (tests/unit/toolchain/test_cu_compile.py).
 """
 from __future__ import annotations
 
