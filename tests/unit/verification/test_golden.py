@@ -212,3 +212,25 @@ def test_jit_row_without_cuda_is_refused_and_left_alone():
     assert spec.get_row("jit/scale").golden == before
 
 
+
+
+def test_an_empty_edge_case_is_judged_by_its_shape_alone():
+    """A case with no elements (no tokens) has nothing for the per-element rule to reduce: verify passes it when
+    its shape is right, and names a wrong shape."""
+    from rapid_llm.kernels.registry.opdecl import CaseArgs
+
+    def inputs(shape, dtype, device, generator):
+        return (torch.randn(shape, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype),)
+
+    def empty(dtype, device, generator):
+        return [("no tokens", (torch.empty(0, 8, dtype=dtype, device=device),))]
+
+    declare_op("twice_t", reference=Reference(make_inputs=inputs, oracle=lambda x: 2 * x, edge_cases=empty),
+               bench=lambda n, d, dev: CaseArgs(()), native=lambda x: 2 * x, dtypes=("fp32",), devices=("cpu",),
+               replace=True)
+    assert verify("native/twice_t", sizes=(33,), record=False).passed
+    spec.register(KernelSpec(name="external/twice_flat_t", op="twice_t", backend="external",
+                             target=lambda x: (2 * x).reshape(-1), dtypes=("fp32",), devices=("cpu",),
+                             golden=GoldenRecord(baseline="native/twice_t")), replace=True)
+    with pytest.raises(GoldenError, match=r"no tokens: row returned shape \(0,\), expected \(0, 8\)"):
+        verify("external/twice_flat_t", sizes=(33,), record=False)
