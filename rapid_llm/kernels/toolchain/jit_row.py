@@ -315,13 +315,17 @@ def _bind(launcher: Callable[..., Any], name: str, rule: str, check: Callable[..
 def read_header(text: str, where: str = "source") -> dict[str, Any] | None:
     """The row a source declares about itself, or None when it declares none."""
     match = _HEADER_RE.search(text)
-    if match is None:
-        return None
+    return None if match is None else row_line_fields(match[1], _FIELDS, where)
+
+
+def row_line_fields(raw: str, allowed: Sequence[str], where: str) -> dict[str, Any]:
+    """The fields of a ``rapid_llm row:`` line's JSON (a .cu's or a Python module's): name, op and fn required,
+    nothing outside ``allowed``; RegistryError naming ``where`` otherwise."""
     try:
-        fields = json.loads(match[1])
+        fields = json.loads(raw)
     except ValueError as exc:
         raise RegistryError(f"{where}: the rapid_llm row line is not valid JSON ({exc})") from None
-    unknown = sorted(set(fields) - set(_FIELDS))
+    unknown = sorted(set(fields) - set(allowed))
     if unknown or not {"name", "op", "fn"} <= set(fields):
         raise RegistryError(f"{where}: the rapid_llm row line needs name, op and fn"
                             + (f"; unknown fields: {', '.join(unknown)}" if unknown else ""))

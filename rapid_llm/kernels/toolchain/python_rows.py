@@ -17,6 +17,7 @@ from typing import Any
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec as _spec
 from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec, RegistryError
+from rapid_llm.kernels.toolchain.jit_row import row_line_fields
 
 __all__ = ["HEADER_PREFIX", "BACKENDS", "read_header", "write_header", "row_from_header", "module_of",
            "register_py_rows"]
@@ -37,14 +38,7 @@ def read_header(first_line: str, where: str = "module") -> dict[str, Any] | None
     match = _HEADER_RE.match(first_line)
     if match is None:
         return None
-    try:
-        fields = json.loads(match[1])
-    except ValueError as exc:
-        raise RegistryError(f"{where}: the rapid_llm row line is not valid JSON ({exc})") from None
-    unknown = sorted(set(fields) - set(_FIELDS))
-    if unknown or not {"name", "op", "fn"} <= set(fields):
-        raise RegistryError(f"{where}: the rapid_llm row line needs name, op and fn"
-                            + (f"; unknown fields: {', '.join(unknown)}" if unknown else ""))
+    fields = row_line_fields(match[1], _FIELDS, where)
     backend = str(fields["name"]).split("/", 1)[0]
     if backend not in BACKENDS:
         raise RegistryError(f"{where}: a Python module ships a {' or '.join(BACKENDS)} row, not {fields['name']!r}")
