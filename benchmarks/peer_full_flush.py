@@ -51,13 +51,6 @@ def install(bp: ModuleType, sweep_l2: float) -> None:
     bp.GpuTimer = FullFlushTimer
 
 
-def set_model(bp: ModuleType, model: str) -> list[str]:
-    """Point the peer benchmark at ``model``'s shapes; the arguments that keep them (its own --model, where the
-    copy has one: it sets the shapes again when it parses its arguments)."""
-    peer_bench.set_model(bp, model)
-    return ["--model", model] if hasattr(bp, "MODELS") else []
-
-
 def check(bp: ModuleType, sweep_l2: float, model: str) -> int:
     """Our rms_norm row and torch.compile's, timed after each flush (see the module docstring)."""
     import torch
@@ -67,7 +60,7 @@ def check(bp: ModuleType, sweep_l2: float, model: str) -> int:
         return 2
     import rapid_llm.kernels as K
 
-    set_model(bp, model)
+    peer_bench.set_model(bp, model)
     plain = bp.GpuTimer("cuda", 40)
     install(bp, sweep_l2)
     full = bp.GpuTimer("cuda", 40)
@@ -114,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bp = peer_bench.load(a.peer_bench)
     if a.check:
         return check(bp, a.sweep_l2, a.model)
-    keep = set_model(bp, a.model)
+    keep = peer_bench.set_model(bp, a.model)
     install(bp, a.sweep_l2)
     return bp.main([*rest, *keep])
 

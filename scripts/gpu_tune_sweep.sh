@@ -8,6 +8,7 @@
 #      (scale, which has no token shape, through bench_op.py --results);
 #   4. bench_tune.py: the 108-candidate CUDA rms_norm (benchmarks/tune/), the verified-autotune figure.
 # Each step has its own time limit (STEP_TIMEOUT, seconds); a step that fails is logged and the next runs.
+# SWEEP_ARGS adds arguments to step 3 (e.g. "--task-timeout 60": a task past it is killed and named, the sweep goes on).
 # TUNE=0 leaves step 2 out (the pins already committed for this GPU kind hold, or none); BENCH_TUNE=0 leaves step 4 out (it measures tune itself, not the figures; one GPU kind's run shows it).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_tune_sweep.sh OUTDIR}
@@ -26,7 +27,8 @@ PY
 written() { git ls-files -mo --exclude-standard -- 'rapid_llm/kernels/ops/*/*/figures/*.json' \
   'rapid_llm/kernels/ops/*/*/tuned/*.json' | tar -cf "$out/tuned_and_figures.tar" -T -; }
 written
-step sweep python benchmarks/sweep.py --results --replace --json "$out/sweep.json"
+# shellcheck disable=SC2086  (SWEEP_ARGS: more sweep.py arguments, e.g. --task-timeout 60)
+step sweep python benchmarks/sweep.py --results --replace --json "$out/sweep.json" ${SWEEP_ARGS:-}
 written
 step bench_op_scale python benchmarks/bench_op.py scale --results
 written

@@ -29,9 +29,10 @@ def load(folder: str) -> Any:
     return module
 
 
-def set_model(peer: Any, model: str) -> None:
+def set_model(peer: Any, model: str) -> list[str]:
     """Point the peer benchmark's module at ``model``'s shapes, the rope cache's width included (its builder may
-    take the head size as a default fixed when it was defined)."""
+    take the head size as a default fixed when it was defined). Returns the arguments its ``main`` needs to keep
+    them: its own ``--model`` where the copy has one (it sets the shapes again when it parses its arguments)."""
     peer.HIDDEN, peer.INTER, peer.Q_HEADS, peer.KV_HEADS, peer.HEAD = MODELS[model]
     build = getattr(peer, "_rope_cache_as_defined", None) or peer.rope_cache
     peer._rope_cache_as_defined = build
@@ -40,6 +41,7 @@ def set_model(peer: Any, model: str) -> None:
         return build(device, max_pos, peer.HEAD if rot is None else rot)
 
     peer.rope_cache = rope_cache
+    return ["--model", model] if hasattr(peer, "MODELS") else []
 
 
 def call_for(peer: Any, op: str, fn: Callable[..., Any]) -> Callable[[dict], Any]:

@@ -260,6 +260,21 @@ def test_peer_full_flush_runs_the_peer_benchmark_with_its_timer_swapped(tmp_path
         assert "needs a CUDA device" in capsys.readouterr().out
 
 
+def test_peer_model_runs_the_peer_benchmark_at_a_model_s_shapes_and_names_it_in_the_json(tmp_path):
+    """The peer benchmark's own main, every other argument passed on, at the model's shapes; its JSON then names
+    the model where peer_cells.py reads a run's shapes."""
+    out = tmp_path / "run.json"
+    (tmp_path / "bench_peers.py").write_text(_FAKE_PEER + "import json\ndef main(argv):\n"
+        "    SEEN['argv'], SEEN['hidden'] = list(argv), HIDDEN\n"
+        "    open(argv[argv.index('--json') + 1], 'w').write(json.dumps({'args': {'json': 'x'}, 'summary': {}}))\n"
+        "    return 0\n")
+    script = _load("peer_model")
+    assert script.main(["--peer-bench", str(tmp_path), "--model", "llama3-70b", "--json", str(out)]) == 0
+    seen = sys.modules["bench_peers"].SEEN
+    assert seen["argv"] == ["--json", str(out)] and seen["hidden"] == 8192
+    assert _load("peer_cells").model_of(__import__("json").loads(out.read_text())) == "llama3-70b"
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU the script times; this checks its refusal")
 def test_harness_evict_last_needs_a_gpu(capsys):
     script = _load("bench_harness_evict_last")
