@@ -338,35 +338,26 @@ def test_gluon_row_loads_on_cpu_and_refuses_cpu_tensors():
         fn(torch.randn(2, 8), torch.ones(8), 1e-6)
 
 
-#: The Gluon kernel compiled for sm_90 without a GPU, at the launch shapes the row picks (a one-pass row, a
-#: masked tail, a two-pass row): ptxas's report of Triton's own ptxas, the IR's layout, the PTX's accesses.
+#: The Gluon kernel compiled for sm_90 without a GPU (rapid_llm.kernels.inspection.offline, in a process without
+#: Triton's interpreter), at the launch shapes the row picks (a one-pass row, a masked tail, a two-pass row):
+#: ptxas's report of Triton's own ptxas, the IR's layout, the PTX's accesses.
 _COMPILE_GLUON_FOR_SM90 = textwrap.dedent("""
-import json, subprocess, tempfile
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import get_ptxas
-from triton.compiler import compile
-from triton.experimental.gluon._runtime import GluonASTSource
+import json
+from rapid_llm.kernels.inspection.offline import compile_for
 from rapid_llm.kernels.ops.norm.rms_norm import gluon
-from rapid_llm.kernels.toolchain.buildfacts import parse_ptxas
 
 names = ("x_ptr", "w_ptr", "out_ptr", "x_stride", "out_stride", "hidden", "eps")
 found = []
 for dt, size, hidden in (("bf16", 2, 4096), ("fp16", 2, 4097), ("fp32", 4, 65536)):
     shape = gluon.launch_shape(hidden, size)
-    sig = dict(zip(names, ("*" + dt, "*" + dt, "*" + dt, "i64", "i64", "i32", "fp32")), **{k: "constexpr" for k in shape})
-    aligned = [i for i in range(6) if i < 5 or hidden % 16 == 0]  # what Triton's launcher specialises on
-    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    kernel = compile(GluonASTSource(gluon._rms_norm_kernel, sig, constexprs=dict(shape), attrs=attrs),
-                     target=GPUTarget("cuda", 90, 32), options={"num_warps": shape["WARPS"]})
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
-        ptx.write(kernel.asm["ptx"])
-        ptx.flush()
-        log = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", "/dev/null"],
-                             capture_output=True, text=True, check=True).stderr
-    facts = next(iter(parse_ptxas(log).values()))
+    sig = dict(zip(names, ("*" + dt, "*" + dt, "*" + dt, "i64", "i64", "i32", "fp32")))
+    aligned = [n for i, n in enumerate(names[:6]) if i < 5 or hidden % 16 == 0]  # what Triton's launcher sees
+    result = compile_for(gluon._rms_norm_kernel, sig, shape, arch=90, num_warps=shape["WARPS"], aligned=aligned)
+    [symbol] = result.kernels()
+    facts = result.facts[symbol]
     found.append({"dtype": dt, "hidden": hidden, "shape": shape, "registers": facts.registers,
-                  "spills": facts.spills, "v4": kernel.asm["ptx"].count("ld.global.v4"),
-                  "layout": f"sizePerThread = [{shape['VEC']}]" in kernel.asm["ttgir"]})
+                  "spills": facts.spills, "v4": result.code(symbol, "ptx").count("ld.global.v4"),
+                  "layout": f"sizePerThread = [{shape['VEC']}]" in result.code(symbol, "ttgir")})
 print(json.dumps(found))
 """)
 

@@ -97,7 +97,7 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     row = spec.get_row(row) if isinstance(row, str) else row
     result = Inspection(row.name, threads_per_block)
     target = row.target
-    if row.backend in ("triton", "gluon") and isinstance(target, str):
+    if row.backend in ("triton", "gluon") and (isinstance(target, str) or callable(target)):  # shipped, or a cell's
         _triton(row, result)
         return result
     if not isinstance(target, JitRow):

@@ -28,10 +28,16 @@ class CompiledTriton:
     ttgir: str | None = None  # Triton's GPU IR: for a Gluon kernel, the layouts it was written with
 
 
-def jit_functions(target: str) -> list[Any]:
-    """The ``@triton.jit`` (and ``@gluon.jit``) functions in the module of a row's ``"module:attr"`` target."""
-    module = importlib.import_module(target.partition(":")[0])
-    return [v for v in vars(module).values() if hasattr(v, "device_caches") and hasattr(v, "fn")]
+def jit_functions(target: Any) -> list[Any]:
+    """The ``@triton.jit`` (and ``@gluon.jit``) functions of a row's target: those in the module of a
+    ``"module:attr"`` target, or those a launcher function (a notebook's) names among its globals."""
+    if isinstance(target, str):
+        found = list(vars(importlib.import_module(target.partition(":")[0])).values())
+    else:
+        fn = getattr(target, "__wrapped__", target)
+        names, scope = getattr(getattr(fn, "__code__", None), "co_names", ()), getattr(fn, "__globals__", {})
+        found = [scope[n] for n in names if n in scope]
+    return [v for v in found if hasattr(v, "device_caches") and hasattr(v, "fn")]
 
 
 def _signature(key: Any) -> list[str]:

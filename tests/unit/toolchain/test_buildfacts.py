@@ -126,6 +126,18 @@ def test_triton_specialisations_become_build_facts_at_their_own_block_size():
     assert k.ptx.startswith(".visible") and "12 B spill stores" in buildfacts.notable({f.symbol: f})[0]
 
 
+def test_a_notebook_launchers_kernels_are_the_jit_functions_it_names():
+    """A cell's Gluon or Triton row has a function as its target: inspect reads the kernels it launches."""
+    from rapid_llm.kernels.inspection import triton_facts
+
+    class Kernel:
+        device_caches, fn = {}, None
+
+    scope = {"kernel": Kernel(), "other": Kernel(), "helper": len}
+    exec("def launch(x):\n    return kernel[(helper(x),)](x)\n", scope)
+    assert triton_facts.jit_functions(scope["launch"]) == [scope["kernel"]]
+
+
 def test_sass_with_lineinfo_asks_nvdisasm_first_and_names_cell_lines(monkeypatch, tmp_path):
     called = []
 
