@@ -49,7 +49,7 @@ from rapid_llm.kernels.toolchain.jit_row import floor_answer
 __all__ = ["Op", "get_op", "resolve", "explain", "Explanation", "RowVerdict", "clear_cache", "dtype_name",
            "get_row", "rows_for", "op_status"]
 
-_BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "gluon": 3, "triton": 4, "native": 9}
+_BACKEND_PREFERENCE = {"external": 0, "aot": 1, "jit": 2, "cute": 3, "gluon": 4, "triton": 5, "native": 9}
 #: By how much a row must beat the eager rule's winner on device time for the device rule to leave that winner:
 #: the figures' own spread, so a capture does not switch rows over noise.
 DEVICE_MARGIN = 0.03

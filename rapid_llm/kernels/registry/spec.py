@@ -75,10 +75,12 @@ __all__ = [
 
 #: The native floor plus the seed's four paths, and ``gluon``: Triton's Gluon
 #: (``triton.experimental.gluon``), a kernel language of its own, so its rows
-#: are named and filtered apart from plain Triton's. ``aot`` and ``external``
+#: are named and filtered apart from plain Triton's; ``cute``: CUTLASS's CuTe
+#: DSL (nvidia-cutlass-dsl), kernels in Python compiled to a cubin and launched
+#: through a C launcher (rapid_llm.kernels.toolchain.cute_build). ``aot`` and ``external``
 #: exist so an AOT extension or a library (FlashInfer, DeepGEMM) can become a
 #: row later without touching dispatch.
-BACKENDS = ("native", "triton", "gluon", "jit", "aot", "external")
+BACKENDS = ("native", "triton", "gluon", "cute", "jit", "aot", "external")
 
 DEVICE_TYPES = ("cpu", "cuda")
 #: Memory layouts a call can bring, narrowest first: every tensor argument dense and row-major; "rows",

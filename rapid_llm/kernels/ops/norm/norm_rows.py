@@ -40,6 +40,23 @@ def rows(op: str, native_doc: str, triton_doc: str) -> list[KernelSpec]:
     ]
 
 
+def cute_row(op: str, doc: str) -> KernelSpec:
+    """A CuTe DSL row (``<op>/cute.py``), written for Hopper, so sm_90 and newer. Golden-unverified until a GPU
+    verifies it (the DSL has no CPU interpreter)."""
+    return KernelSpec(
+        name=f"cute/{op}",
+        target=f"{_PACKAGE}.{op}.cute:{op}",
+        available="rapid_llm.kernels.toolchain.cute_support:available",
+        dtypes=_DTYPES,
+        devices=("cuda",),
+        golden=GoldenRecord(verified=False, baseline=f"native/{op}"),
+        graph_safe=True,
+        min_sm=90,
+        layouts=("contiguous", "rows"),  # x and out at their own row strides, as the Triton row
+        description=doc,
+    )
+
+
 def gluon_row(op: str, doc: str) -> KernelSpec:
     """A Gluon row (``<op>/gluon.py``), written for Hopper, so sm_90 and newer. Gluon has no CPU interpreter, so
     only a GPU verifies it: on an H100 (torch 2.11, Triton 3.6) it passed with the Triton row's diffs against the
