@@ -48,8 +48,8 @@ _LOCK = threading.Lock()
 class CuteBuild:
     """One specialisation of a CuTe row: what to compile, what to link it with, and how to check the two agree.
 
-    ``compile`` names ``module:function`` taking (``specialisation``, arch such as "sm_90a", a folder for the
-    DSL's own copies) and returning the cubin and its PTX; it is imported only to build. ``defines`` names ``module:function`` taking the
+    ``compile`` is (or names, as ``module:function``) a function taking (``specialisation``, arch such as "sm_90a", a folder for the
+    DSL's own copies) and returning the cubin and its PTX; it is imported only to build. ``defines`` is (or names) a function taking the
     specialisation and the kernels' symbols in launch order and returning the launcher's -D macros. ``params`` are the PTX types (``u64``,
     ``u32``, ``f32``...) every kernel takes, in order.
     """
@@ -58,8 +58,8 @@ class CuteBuild:
     kernel_source: Path
     host_source: Path
     specialisation: Mapping[str, Any]
-    compile: str
-    defines: str
+    compile: str | Callable[..., tuple[bytes, str]]
+    defines: str | Callable[..., dict[str, str]]
     params: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -92,7 +92,9 @@ def build_key(build: CuteBuild, arch: str) -> str:
     return h.hexdigest()
 
 
-def _resolve(ref: str) -> Callable[..., Any]:
+def _resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(ref):  # a notebook's (rapid_llm.kernels.toolchain.cute_cells)
+        return ref
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
 

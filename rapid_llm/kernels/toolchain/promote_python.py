@@ -46,7 +46,7 @@ def promote_python_row(spec: KernelSpec, *, name: str | None, group: str | None,
     for what, value in (("name", name), ("group", group)):
         if not value.isidentifier():
             raise PromoteError(f"promote({row!r}): {what} must be an identifier, got {value!r}")
-    if name in RESERVED or name in (spec.backend, "triton", "gluon"):
+    if name in RESERVED or name in (spec.backend, "triton", "gluon", "cute"):
         raise PromoteError(f"promote({row!r}): {name}.py is a module every op folder may hold for its declaration, "
                            "floor or listed rows; pass another name=")
     dest = ops_dir / group / spec.op / f"{name}.py"

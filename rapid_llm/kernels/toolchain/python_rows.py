@@ -29,6 +29,7 @@ _FIELDS = ("name", "op", "fn", "dtypes", "devices", "golden", "graph_safe", "min
 #: The Python backends a module can ship a row of: each one's probe and the devices it can run on (the default).
 BACKENDS = {
     "gluon": ("rapid_llm.kernels.toolchain.gluon_support:available", ("cuda",)),
+    "cute": ("rapid_llm.kernels.toolchain.cute_support:available", ("cuda",)),
     "triton": ("rapid_llm.kernels.toolchain.triton_support:available", ("cuda", "cpu")),
 }
 

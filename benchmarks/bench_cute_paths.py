@@ -1,0 +1,90 @@
+"""Host cost per call of a CuTe DSL kernel by each way of calling it: the row (a C launcher over the DSL's cubin)
+against the DSL's own call paths, at T = 1 (rms_norm, bf16, hidden 4096), through bench_host.
+
+Paths: ``row``: cute/rms_norm's launcher (rapid_llm.kernels.ops.norm.rms_norm.cute), out allocated;
+``row, out given``: the same with out passed; ``launcher``: the fast-path module's C function alone;
+``dsl, make_ptr per call``: the compiled DSL function (``cute.compile``) called with pointers made from the
+tensors on every call, as a caller of the DSL must; ``dsl, pointers made once``: the same with the pointer
+objects reused (the floor of the DSL's own path; not a correct call for new tensors). Also the compile time
+of the DSL function, and the row's first call in this process. Needs a CUDA GPU of sm_90+ and the DSL.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+
+def main() -> int:
+    from rapid_llm.bench.harness import bench_host
+    from rapid_llm.kernels.ops.norm.rms_norm import cute as row
+    from rapid_llm.kernels.toolchain import cute_support
+
+    if not cute_support.available(torch.device("cuda")):
+        print(f"bench_cute_paths: {cute_support.available(torch.device('cuda')).reason}")
+        return 1
+    hidden, tokens = 4096, 1
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(hidden, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty_like(x)
+    start = time.perf_counter()
+    row.rms_norm(x, w, 1e-6)
+    torch.cuda.synchronize()
+    print(f"row's first call in this process (build or cache load, then a launch): "
+          f"{(time.perf_counter() - start) * 1e3:.1f} ms")
+    launcher = row.launcher(torch.bfloat16, hidden).rms_norm
+
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32, Int64
+    from cutlass.cute.runtime import make_ptr
+
+    from rapid_llm.kernels.ops.norm.rms_norm import cute_kernel as ck
+
+    spec = ck.specialisation("bf16", hidden)
+
+    @cute.jit
+    def dsl_rms_norm(xp: cute.Pointer, wp: cute.Pointer, op: cute.Pointer, rows: Int32, x_stride: Int64,
+                     o_stride: Int64, eps: Float32):
+        ck.rms_norm_kernel(xp, wp, op, x_stride, o_stride, eps, spec["HIDDEN"], spec["VEC"], spec["THREADS"],
+                           spec["ONE_PASS"]).launch(grid=(rows, 1, 1), block=(spec["THREADS"], 1, 1))
+
+    def ptrs(*tensors: torch.Tensor):
+        return [make_ptr(cutlass.BFloat16, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=16) for t in tensors]
+
+    start = time.perf_counter()
+    compiled = cute.compile(dsl_rms_norm, *ptrs(x, w, out), Int32(tokens), Int64(hidden), Int64(hidden),
+                            Float32(1e-6))
+    print(f"cute.compile of the DSL function in this process: {(time.perf_counter() - start) * 1e3:.0f} ms")
+
+    def dsl_per_call(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+        compiled(*ptrs(x, w, out), Int32(x.shape[0]), Int64(x.stride(0)), Int64(out.stride(0)), Float32(1e-6))
+
+    made = ptrs(x, w, out)
+    sizes = (Int32(tokens), Int64(hidden), Int64(hidden), Float32(1e-6))
+
+    def dsl_reused(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+        compiled(*made, *sizes)
+
+    dsl_per_call(x, w, out)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, row.rms_norm(x, w, 1e-6), rtol=0, atol=0)  # the same kernel, the same bytes
+    paths = {
+        "row": lambda: row.rms_norm(x, w, 1e-6),
+        "row, out given": lambda: row.rms_norm(x, w, 1e-6, out),
+        "launcher": lambda: launcher(out, x, w, 1e-6),
+        "dsl, make_ptr per call": lambda: dsl_per_call(x, w, out),
+        "dsl, pointers made once": lambda: dsl_reused(x, w, out),
+        "torch.empty_like alone": lambda: torch.empty_like(x),
+    }
+    print(f"host cost per call, rms_norm bf16 [{tokens}, {hidden}] on {torch.cuda.get_device_name()} "
+          "(bench_host: median of 7 rounds of 1000 calls):")
+    for name, fn in paths.items():
+        r = bench_host(lambda _x: fn(), x, label=name)
+        print(f"  {name:28s} {r.median_us:7.2f} us  (p20 {r.p20_us:.2f}, p80 {r.p80_us:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""cute_launcher without a GPU: a cell's @cute.kernel builds for sm_90a with a generated C launcher, loads again
+from the cache without compiling, checks its arguments in C with the op's words, and refuses a kernel it cannot
+launch. Skipped where the CuTe DSL is not installed. tests/gpu/unit/toolchain/test_cute_cells.py runs one.
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rapid_llm.kernels.toolchain import cute_support
+
+pytestmark = pytest.mark.skipif(not cute_support.installed(),
+                                reason=f"the CuTe DSL is not installed here: {cute_support.installed().reason}")
+
+#: A cell's kernel, as a notebook would hold it (the DSL reads a kernel's source, so it lives in a file here).
+SCALE = textwrap.dedent("""\
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Float32, Int64
+
+
+    @cute.kernel
+    def scale_kernel(x: cute.Pointer, out: cute.Pointer, n: Int64, factor: Float32, BLOCK: cutlass.Constexpr):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = Int64(bidx) * BLOCK + tidx
+        gx = cute.make_tensor(x, cute.make_layout(n))
+        go = cute.make_tensor(out, cute.make_layout(n))
+        if i < n:
+            go[i] = (Float32(gx[i]) * factor).to(out.dtype)
+""")
+
+
+@pytest.fixture
+def cell(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
+    from rapid_llm.kernels.toolchain import cute_build
+
+    monkeypatch.setattr(cute_build, "_LOADED", {})
+    (tmp_path / "scale_cell.py").write_text(SCALE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "scale_cell", raising=False)
+    import scale_cell
+
+    return scale_cell
+
+
+def test_a_cell_kernel_builds_with_a_generated_launcher_that_checks_in_c(cell, monkeypatch):
+    from rapid_llm.kernels.toolchain import cute_build
+    from rapid_llm.kernels.toolchain.cute_cells import cute_launcher
+
+    run = cute_launcher(cell.scale_kernel, block=256, BLOCK=256)
+    x = torch.randn(1000, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^scale_kernel: CUDA tensors only, got \[1000\] bf16 on cpu"):
+        run(4, x, torch.empty_like(x), x.numel(), 2.0)  # built for bf16 first, then the launcher's check
+    module, cached = cute_build.load(run.build([torch.bfloat16, torch.bfloat16]), "sm_90a")
+    assert cached and module.__signatures__["launch"].kinds == "iiittif"
+
+    monkeypatch.setattr(cute_build, "_LOADED", {})  # a new process: the same cell text finds its build
+    monkeypatch.setattr(cute_build.CuteBuilder, "build", lambda *a: pytest.fail("rebuilt a cached entry"))
+    again = cute_launcher(cell.scale_kernel, block=256, BLOCK=256)
+    assert cute_build.load(again.build([torch.bfloat16, torch.bfloat16]), "sm_90a")[1]
+
+
+def test_a_kernel_it_cannot_launch_is_refused_before_any_build(cell):
+    from rapid_llm.kernels.toolchain.cute_cells import cute_launcher
+
+    with pytest.raises(TypeError, match=r"give each Constexpr parameter once as a keyword \(missing: \['BLOCK'\]"):
+        cute_launcher(cell.scale_kernel, block=256)
+    run = cute_launcher(cell.scale_kernel, block=256, BLOCK=256)
+    with pytest.raises(TypeError, match=r"^scale_kernel: takes the grid and 4 arguments, got 3"):
+        run(1, torch.empty(4), torch.empty(4), 4)
+    with pytest.raises(ValueError, match=r"^scale_kernel: no CuTe DSL type for torch.complex64"):
+        run(1, torch.empty(4, dtype=torch.complex64), torch.empty(4, dtype=torch.complex64), 4, 1.0)
