@@ -2,9 +2,9 @@
 # Install the CuTe DSL (nvidia-cutlass-dsl and its CUDA 13 libraries) from wheels brought in by hand, with no
 # index: for a machine without network access where one transfer carries less than the 92 MB libraries wheel.
 #
-# From the project root, with .cute-wheels/a/ and .cute-wheels/b/ copied in (each under 62 MiB; see
-# docs/cute-rows.md for how they are made): joins the split wheel, checks every wheel against
-# .cute-wheels/b/SHA256SUMS, and installs them with pip --no-index --no-deps --target into TARGET (default
+# From the project root, with the folders of .cute-wheels/ copied in (a/, b/, c/: each small enough for one
+# transfer; see docs/cute-rows.md for how they are made): joins the split wheel, checks every wheel against
+# the SHA256SUMS one of them holds, and installs them with pip --no-index --no-deps --target into TARGET (default
 # .cute-site/, which git ignores). A dependency this Python already has (cuda-bindings, cuda-pathfinder,
 # protobuf, typing-extensions) is left out, so nothing the installed torch uses is shadowed.
 #
@@ -14,10 +14,12 @@ set -euo pipefail
 wheels=${WHEELS:-.cute-wheels}
 target=${1:-.cute-site}
 python=${PYTHON:-python}
-[ -d "$wheels/a" ] && [ -d "$wheels/b" ] || { echo "install_cute_wheels: $wheels/a and $wheels/b are needed" >&2; exit 2; }
+parts=("$wheels"/*/)
+[ -d "${parts[0]}" ] || { echo "install_cute_wheels: no folders in $wheels (a/, b/, ...) to install from" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$wheels"/a/* "$wheels"/b/* "$work"/
+for part in "${parts[@]}"; do cp "$part"* "$work"/; done
+[ -f "$work/SHA256SUMS" ] || { echo "install_cute_wheels: no SHA256SUMS in $wheels's folders" >&2; exit 2; }
 for first in "$work"/*.whl.part00; do
   [ -e "$first" ] || continue
   whole=${first%.part00}
