@@ -67,10 +67,14 @@ def launcher(dtype: torch.dtype, hidden: int, arch: str | None = None) -> Module
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """out = x / sqrt(mean(x^2) + eps) * weight over the last dim; the numerics of native/rms_norm.
 
-    x and out may each have a row stride (``x[:, :H]``); weight is dense. The launcher checks every argument;
-    the first call of a (dtype, hidden) checks here first, so a bad call never starts a build.
+    x and out may each have a row stride (``x[:, :H]``); weight is dense. The first call of a (dtype, hidden)
+    checks here first, so a bad call never starts a build; then the call binding's OutFirst allocates ``out`` and
+    runs the floor's checks (once per kind of call), and the C launcher checks every argument again.
     """
-    fn = _LAUNCHERS.get((x.dtype, x.shape[-1])) if x.dim() else None
+    try:
+        fn = _LAUNCHERS.get((x.dtype, x.shape[-1]))
+    except (AttributeError, IndexError, TypeError):  # not a tensor, or 0-d: the floor's checks say so below
+        fn = None
     if fn is None:
         check(x, weight, eps, out)
         arguments.runs_on("rms_norm", "CuTe DSL", ("cuda",), x)
@@ -78,8 +82,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
             raise ValueError(f"rms_norm: x must be bf16, fp16 or fp32, got {x.dtype}")
         if x.numel() == 0:  # nothing to launch, and no kernel of hidden size 0 to build
             return torch.empty_like(x, memory_format=torch.contiguous_format) if out is None else out
-        fn = _LAUNCHERS[(x.dtype, x.shape[-1])] = launcher(x.dtype, x.shape[-1]).rms_norm
-    if out is None:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    fn(out, x, weight, eps)
-    return out
+        fn = _LAUNCHERS[(x.dtype, x.shape[-1])] = _out_first(launcher(x.dtype, x.shape[-1]).rms_norm)
+    return fn(x, weight, eps, out)
+
+
+def _out_first(fn: Any) -> Any:
+    """The launcher behind the call binding's OutFirst: ``out`` allocated in C where the caller gives none, and the
+    floor's checks run in C's memory of calls that passed them (a JIT row's call path, rapid_llm.kernels.
+    toolchain.jit_row)."""
+    from rapid_llm.kernels.registry.out_rules import OUT_RULES
+    from rapid_llm.kernels.toolchain.fastpath.binding import fastcall
+
+    return fastcall().OutFirst(fn, "rms_norm", OUT_RULES["like_input"], check, None, 3, ())
