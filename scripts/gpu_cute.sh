@@ -8,7 +8,8 @@
 #      cell's kernel (cute_launcher: torch's results, a row that passes verify, its host cost per call);
 #   2. bench_op.py rms_norm --verify at T = 1..16384, hidden 4096, bf16, every row (the copy roofline, host_us);
 #   3. benchmarks/bench_cute_paths.py: host cost per call of the row against the DSL's own call paths.
-# RESULTS=1 adds --results to step 2 (writes the op's figures: what to commit).
+# RESULTS=1 adds --results to step 2 (writes the op's figures: what to commit). STEPS picks steps (default
+# "probe tests bench paths"), e.g. STEPS="bench paths" for a second run on the same machine.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_cute.sh OUTDIR}
 mkdir -p "$out"
@@ -18,10 +19,12 @@ if [ -d .cute-site/nvidia_cutlass_dsl ]; then
   export PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
 fi
 limit=${STEP_TIMEOUT:-300}
+steps=" ${STEPS:-probe tests bench paths} "
+want() { [[ $steps == *" $1 "* ]]; }
 step() { local name=$1; shift; echo "=== $name" | tee -a "$out/run.log"; local t0=$SECONDS
   timeout -s INT "$limit" "$@" > "$out/$name.log" 2>&1; echo "rc=$? in $((SECONDS - t0)) s" | tee -a "$out/run.log"
   tail -n "${TAIL:-15}" "$out/$name.log"; }
-step probe python - <<'PY'
+want probe && step probe python - <<'PY'
 import torch
 import rapid_llm.kernels as K
 from rapid_llm.kernels.toolchain import cute_support
@@ -29,10 +32,11 @@ print("nvidia-cutlass-dsl", cute_support.dsl_version(), "installed:", cute_suppo
 print("device:", torch.cuda.get_device_name(), torch.cuda.get_device_capability(), "torch", torch.__version__)
 print(K.explain("rms_norm", dtype="bf16", device=torch.device("cuda"), numel=4096 * 16384))
 PY
-step tests python -m pytest -q -s -p no:cacheprovider tests/gpu/ops/test_rms_norm_cute.py \
+want tests && step tests python -m pytest -q -s -p no:cacheprovider tests/gpu/ops/test_rms_norm_cute.py \
   tests/gpu/unit/toolchain/test_cute_cells.py tests/unit/toolchain/test_cute_build.py tests/unit/toolchain/test_cute_cells.py
-grep -h "reload in a fresh process\|host cost per call" "$out/tests.log" | tee -a "$out/run.log"
-step bench_rms_norm python benchmarks/bench_op.py rms_norm --verify --tokens 1 16 128 1024 4096 16384 --dtypes bf16 \
+want tests && grep -h "reload in a fresh process\|host cost per call" "$out/tests.log" | tee -a "$out/run.log"
+want bench && step bench_rms_norm python benchmarks/bench_op.py rms_norm --verify --tokens 1 16 128 1024 4096 16384 --dtypes bf16 \
   ${RESULTS:+--results}
-step call_paths python benchmarks/bench_cute_paths.py
-tail -n 12 "$out/call_paths.log" >> "$out/run.log"
+want paths && step call_paths python benchmarks/bench_cute_paths.py
+want paths && tail -n 12 "$out/call_paths.log" >> "$out/run.log"
+exit 0
