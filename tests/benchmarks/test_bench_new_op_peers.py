@@ -1,0 +1,58 @@
+"""bench_new_op_peers.py's plumbing without a GPU: every op timed through the harness at a small shape, FlashInfer
+skipped with its reason; FlashInfer's page table puts each token at its slot; the sampling check's allowed set."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the script's body runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_test_times_each_op_s_floor_and_dispatch_a_compiled_floor_and_skips_flashinfer(tmp_path, capsys):
+    bench = _load(BENCHMARKS / "bench_new_op_peers.py", "bench_new_op_peers")
+    out, table = tmp_path / "peers.json", tmp_path / "peers.txt"
+    assert bench.main(["--cpu-test", "--json", str(out), "--table", str(table)]) == 0
+    doc = json.loads(out.read_text())
+    arms = {(r["op"], r["arm"]) for r in doc["results"]}
+    for op in ("reshape_and_cache_flash", "top_k_top_p_sampling", "moe_topk_gate"):
+        assert {(op, "native"), (op, "dispatch")} <= arms
+    assert ("moe_topk_gate", "compile") in arms  # the compiled floor: the gate's alone on a CPU
+    assert ("reshape_and_cache_flash", "copy") in arms
+    assert {r["size"] for r in doc["results"] if r["op"] == "top_k_top_p_sampling"} == {"2x512 probs", "2x512 logits"}
+    assert "GPU" in doc["skipped"]["flashinfer"] and not doc["errors"]
+    assert "moe_topk_gate: T tokens, DeepSeek-V3" in table.read_text()
+    assert "flashinfer: no CUDA device" in capsys.readouterr().out
+
+
+def test_page_table_puts_each_written_token_at_its_slot():
+    fip = _load(BENCHMARKS / "peers" / "flashinfer_peer.py", "flashinfer_peer")
+    block = 4
+    slots = torch.tensor([9, -1, 8, 2, 15, 3, -1, 12])
+    t = fip.page_table(slots, block)
+    tokens = t["tokens"]
+    assert tokens.tolist() == [0, 2, 3, 4, 5, 7]  # padded tokens left out
+    # FlashInfer's addressing: page kv_indices[kv_indptr[b] + pos // block], offset pos % block
+    b, pos = t["batch_indices"].long(), t["positions"].long()
+    page = t["kv_indices"].long()[t["kv_indptr"].long()[b] + pos // block]
+    assert (page * block + pos % block).tolist() == slots[tokens].tolist()
+    assert t["kv_last_page_len"].tolist() == [block] * t["kv_indices"].numel()
+
+
+def test_allowed_keeps_the_top_k_then_the_nucleus_ties_inside():
+    bench = _load(BENCHMARKS / "bench_new_op_peers.py", "bench_new_op_peers")
+    q = torch.tensor([[0.1, 0.4, 0.2, 0.2, 0.1], [0.5, 0.3, 0.1, 0.05, 0.05], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    ok = bench.allowed(q, torch.tensor([2, 5, 1]), torch.tensor([0.9, 0.7, 0.5]))
+    # row 0: top 2 is 0.4 and a tie of 0.2s (both inside); row 1: 0.5 + 0.3 passes 0.7, so two kept; row 2: all tied
+    assert ok.tolist() == [[False, True, True, True, False], [True, True, False, False, False], [True] * 5]
