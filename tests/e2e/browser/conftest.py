@@ -124,6 +124,23 @@ def chromium(browser_requirements: None) -> Iterator[Any]:
             browser.close()
 
 
+@pytest.fixture(scope="module")
+def lab_app(chromium: Any, lab_server: LabServer) -> Iterator[Any]:
+    """One page with JupyterLab loaded once, for the notebooks opened as committed: each is opened in it through
+    the app's commands (lab_page.open_alone), as a reader opens one after another."""
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        from tests.e2e.browser import lab_page  # needs playwright: imported once the requirements are met
+
+        lab_page.load_lab(page, lab_server.url("/lab/workspaces/committed?reset"))
+        yield page
+    finally:
+        context.close()
+
+
+
+
 @pytest.fixture
 def page(chromium: Any, lab_server: LabServer) -> Iterator[Any]:
     """A fresh browser context per notebook; its kernel is shut down afterwards."""

@@ -92,6 +92,40 @@ def open_notebook(page: Page, url: str, timeout_s: float = 90) -> None:
     page.wait_for_function(_KERNEL_IDLE_JS, timeout=timeout_s * 1000)
 
 
+#: True once JupyterLab has loaded and restored its layout (window.jupyterapp: the server exposes it).
+_LAB_RESTORED_JS = "() => !!window.jupyterapp && !!window.jupyterapp.shell && window.jupyterapp.started !== undefined"
+
+#: Close every open document without saving (the test's notebooks are scratch copies; a notebook whose kernel
+#: connected counts as changed, and closing it would ask), then open the one at ``path`` as a notebook, connected
+#: to the running kernel ``id``.
+_OPEN_ALONE_JS = """async ([path, id]) => {
+  const app = window.jupyterapp;
+  await app.restored;
+  for (const widget of [...app.shell.widgets('main')]) {
+    if (widget.context) widget.context.model.dirty = false;
+    widget.dispose();
+  }
+  await app.commands.execute('docmanager:open', {path, factory: 'Notebook', kernel: {id}});
+}"""
+
+
+def load_lab(page: Page, url: str, timeout_s: float = 90) -> None:
+    """Load JupyterLab at ``url`` (a server started with ``expose_app_in_browser``) and wait until it has restored."""
+    page.goto(url, timeout=timeout_s * 1000)
+    page.wait_for_function(_LAB_RESTORED_JS, timeout=timeout_s * 1000)
+    page.evaluate("() => window.jupyterapp.restored.then(() => true)")
+
+
+def open_alone(page: Page, path: str, cell_count: int, kernel_id: str, timeout_s: float = 90) -> None:
+    """Open the notebook at ``path`` (relative to the server's root) in the loaded JupyterLab, the only document
+    open, connected to the running kernel ``kernel_id``, and wait until its ``cell_count`` cells are shown. The
+    widgets rendered from the notebook's saved state come once the kernel is connected (ipywidgets restores them
+    then): the caller waits for those it expects."""
+    page.evaluate(_OPEN_ALONE_JS, [path, kernel_id])
+    page.wait_for_function("(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
+                           arg=cell_count, timeout=timeout_s * 1000)
+
+
 def run_all_cells(page: Page) -> None:
     """JupyterLab's own Run All: the Run menu, then "Run All Cells"."""
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()

@@ -60,7 +60,10 @@ class LabServer:
                f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root}",
                "--ServerApp.ip=127.0.0.1",
                # the notebook copies live in a dot-folder, which Jupyter hides unless told otherwise
-               "--ContentsManager.allow_hidden=True"]
+               "--ContentsManager.allow_hidden=True",
+               # window.jupyterapp: the test opens the committed notebooks one after another through the app's
+               # own commands in one loaded page, instead of loading JupyterLab again for each
+               "--LabApp.expose_app_in_browser=True"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI containers run as root
             cmd.append("--allow-root")
         return cmd
@@ -111,13 +114,24 @@ class LabServer:
         sep = "&" if "?" in path else "?"
         return f"http://127.0.0.1:{self.port}{path}{sep}token={self.token}"
 
-    def api(self, method: str, path: str) -> Any:
-        """One REST call; the decoded JSON answer (None when the answer is empty)."""
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method,
-                                         headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(request, timeout=10) as answer:
+    def api(self, method: str, path: str, payload: Any = None) -> Any:
+        """One REST call (with ``payload`` as its JSON body); the decoded JSON answer (None when it is empty)."""
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method, data=data,
+                                         headers={"Authorization": f"token {self.token}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
             body = answer.read()
         return json.loads(body) if body else None
+
+    def a_kernel(self) -> str:
+        """The id of a running kernel, started if none runs: the notebooks opened as committed all connect to it
+        (ipywidgets renders a notebook's saved widgets only once a kernel is connected, and which kernel does not
+        matter to a render; one start instead of one per notebook)."""
+        running = self.api("GET", "/api/kernels")
+        if running:
+            return running[0]["id"]
+        return self.api("POST", "/api/kernels", {"name": "python3"})["id"]
 
     def shutdown_kernels(self) -> None:
         """Shut every kernel down, so one notebook's kernel does not hold memory during the next."""
