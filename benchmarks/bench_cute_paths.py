@@ -43,8 +43,8 @@ def main() -> int:
 
     from rapid_llm.kernels.ops.norm.rms_norm import cute_kernel as ck  # its launch_rows: the DSL's own entry point
 
-    spec = ck.specialisation("bf16", hidden)
-    constants = (spec["HIDDEN"], spec["VEC"], spec["THREADS"], spec["ONE_PASS"])
+    spec = row.specialisation("bf16", hidden)
+    constants = (spec["HIDDEN"], spec["VEC"], spec["THREADS"], spec["KEEP"])
 
     def ptrs(*tensors: torch.Tensor):
         return [make_ptr(cutlass.BFloat16, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=16) for t in tensors]

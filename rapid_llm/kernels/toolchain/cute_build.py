@@ -10,6 +10,9 @@ the specialisation, the DSL's version, the target arch and the host compiler. A 
 that key and loads it in milliseconds without importing the DSL; a call is the launcher's checks and one
 ``cuLaunchKernel`` through the project's call binding.
 
+Each build keeps the facts of its kernels (registers, stack frame, static shared memory, block size), read from
+the cubin (rapid_llm.kernels.toolchain.cubin_facts), as ``build_facts.json``: the module's ``__build_facts__``.
+
 The kernels' parameters must be plain (pointers, integers, floats): the launcher declares them ``extern "C"``
 with the cubin's symbols and passes them as a CUDA C++ kernel's, and the build checks each kernel's PTX
 parameters against the types the kernel module declares, so a launcher and kernel that disagree fail the
@@ -31,14 +34,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
-from rapid_llm.kernels.toolchain import cute_support
+from rapid_llm.kernels.toolchain import buildfacts, cubin_facts, cute_support
 from rapid_llm.kernels.toolchain.cache import (BuildError, BuildRequest, cache_root, fetch_binary, local_sources,
                                                target_arch)
 
-__all__ = ["CuteBuild", "CuteBuilder", "build_key", "load", "kernel_entries", "REVISION"]
+__all__ = ["CuteBuild", "CuteBuilder", "build_key", "load", "kernel_entries", "block_sizes", "REVISION"]
 
 #: Part of every key: a build of an older revision of this module may lack what this one writes.
-REVISION = "1"
+REVISION = "2"
 
 _LOADED: dict[str, ModuleType] = {}
 _LOCK = threading.Lock()
@@ -101,7 +104,18 @@ def _resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the DSL colours its diagnostics for a terminal
 _ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(([^)]*)\)", re.S)
+_REQNTID = re.compile(r"\)\s*\.reqntid\s+(\d+)(?:,\s*(\d+))?(?:,\s*(\d+))?")
 _PARAM = re.compile(r"\.param\s+\.(\w+)")
+
+
+def block_sizes(ptx: str) -> dict[str, int]:
+    """Each kernel's fixed block size (threads), from its ``.reqntid``, where the PTX states one."""
+    found = {}
+    for m in _ENTRY.finditer(ptx):
+        req = _REQNTID.match(ptx, m.end() - 1)
+        if req:
+            found[m[1]] = int(req[1]) * int(req[2] or 1) * int(req[3] or 1)
+    return found
 
 
 def kernel_entries(ptx: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -152,6 +166,8 @@ class CuteBuilder:
                             for s in missing)
             raise BuildError(f"building {self.cute.name}: launcher and kernels disagree:\n{log}", log=log,
                              source=self.cute.host_source)
+        facts = cubin_facts.kernel_facts(cubin, self.arch, block_sizes(ptx))
+        buildfacts.write_facts(out_dir / buildfacts.FACTS_FILE, facts)  # what inspect and FastBuilder.load read
         (out_dir / "cute_build.json").write_text(json.dumps(
             {"specialisation": dict(self.cute.specialisation), "arch": self.arch, "kernels": dict(entries),
              "dsl": cute_support.dsl_version(), "defines": defines}, indent=1))

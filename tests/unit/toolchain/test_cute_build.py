@@ -98,6 +98,9 @@ def test_cute_rms_norm_builds_for_sm90_into_the_cache_and_reloads_without_compil
     wide = ptx.split(".entry")[1:][[n for n, _ in cute_build.kernel_entries(ptx)].index(kernels[0][0])]
     assert len(re.findall(r"ld\.global[.a-z0-9]*\.v4", wide)) == 4  # x twice, weight twice: 16-byte loads
     assert not list(Path.cwd().glob("cutlass_*.cubin"))  # the DSL's own copies went into the build, not the cwd
+    facts = module.__build_facts__  # read from the cubin: 256 threads of 43 registers here, no local memory
+    assert [(f.threads_per_block, f.stack_frame) for f in (facts[kernels[0][0]], facts[kernels[1][0]])] == \
+        [(256, 0), (1024, 0)]
 
     monkeypatch.setattr(cute_build, "_LOADED", {})  # as a new process: found by its key, nothing compiled
     monkeypatch.setattr(cute_build.CuteBuilder, "build", lambda *a: pytest.fail("rebuilt a cached entry"))
@@ -187,3 +190,21 @@ def test_a_launcher_that_passes_other_parameters_fails_the_build(cache, tmp_path
         cute_build.load(_cell_build(tmp_path, monkeypatch, fixed, ("u64", "u32")), "sm_90a")
     module, _ = cute_build.load(_cell_build(tmp_path, monkeypatch, fixed, ("u64", "u64")), "sm_90a")
     assert module.__signatures__["run"].kinds == "t"
+
+
+@needs_dsl
+@pytest.mark.parametrize("dtype, hidden, keep", [("fp32", 20000, 2), ("bf16", 32768, 1), ("fp32", 65536, 0)])
+def test_what_a_thread_keeps_fits_its_registers_without_spilling(dtype, hidden, keep, tmp_path):
+    """The launch shapes' rule (cute.specialisation) at its edges: the row and the weight kept at 1024 threads
+    (64 registers a thread), the row only, nothing (two passes); each kernel within its registers, no stack."""
+    from rapid_llm.kernels.ops.norm.rms_norm import cute as row
+    from rapid_llm.kernels.ops.norm.rms_norm.cute_kernel import compile_kernels
+    from rapid_llm.kernels.toolchain.cubin_facts import kernel_facts
+    from rapid_llm.kernels.toolchain.cute_build import block_sizes
+
+    spec = row.specialisation(dtype, hidden)
+    assert (spec["KEEP"], spec["THREADS"]) == (keep, 1024)
+    cubin, ptx = compile_kernels(spec, "sm_90a", str(tmp_path))
+    facts = kernel_facts(cubin, "sm_90a", block_sizes(ptx))
+    assert len(facts) == 2 and all(f.threads_per_block == 1024 for f in facts.values())
+    assert [(f.registers <= 64, f.stack_frame) for f in facts.values()] == [(True, 0), (True, 0)], facts

@@ -7,10 +7,13 @@ assumed 16-byte alignment) and a warp touches 512 contiguous bytes. The sum of s
 reduced across the warp by shuffles and across the CTA through shared memory; the numerics are
 native/rms_norm's (fp32 sum, ``1 / sqrt_rn(mean + eps)``, one rounding of ``x * inv_rms * w``).
 
-A row whose columns fit ``MAX_PER_THREAD`` elements a thread stays in registers (read once); a wider one is
-read twice. A hidden size that is no multiple of 16 bytes, or a call whose pointers or row strides are not
-16-byte aligned, takes the ``VEC = 1`` kernel (the launcher picks it per call). ``hidden`` is a compile-time
-constant (one build per dtype and hidden size, as the DSL's own kernels do); rows and row strides are not.
+``KEEP`` says what a thread keeps in registers: 2, its share of the row and of the weight, loaded before the
+reduction (whose latency then hides theirs); 1, the row only (the weight read after the reduction); 0,
+nothing (the row read twice), as the registers a thread of its CTA may have allow. A hidden
+size that is no multiple of 16 bytes, or a call whose pointers or row strides are not 16-byte aligned, takes
+the ``VEC = 1`` kernel (the launcher picks it per call). ``hidden`` is a compile-time constant (one build per
+dtype and hidden size, as the DSL's own kernels do); rows and row strides are not. The launch shapes are
+chosen in cute.py (``specialisation``), which needs no DSL.
 
 The kernel's parameters are plain (three global pointers, two int64 row strides, an fp32 eps), so a C
 launcher (``rms_norm_cute.cpp``) starts it without the DSL: :func:`compile_kernels` returns the cubin and
@@ -23,36 +26,16 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 from cutlass.cute.runtime import make_ptr
 
-#: Bytes per thread per access (one 128-bit load or store), and the most elements a thread keeps in registers.
+#: Bytes per thread per access (one 128-bit load or store).
 ACCESS_BYTES = 16
-MAX_PER_THREAD = 64
-MAX_THREADS = 1024
-#: The C types of the kernel's parameters, in order, as the launcher declares them; the PTX is checked against it.
-PARAMS = (("const void*", "u64"), ("const void*", "u64"), ("void*", "u64"), ("int64_t", "u64"), ("int64_t", "u64"),
-          ("float", "f32"))
 
 _DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
-
-
-def launch_shape(hidden: int, element_size: int, vec: int) -> dict[str, int | bool]:
-    """Threads per CTA and whether the row stays in registers, for a row ``hidden`` wide read ``vec`` at a time:
-    about two columns a thread (256 threads for a 4096-wide bf16 row), 32 to MAX_THREADS."""
-    columns = hidden // vec
-    threads = min(MAX_THREADS, max(32, -(-columns // 2 // 32) * 32))
-    per_thread = -(-columns // threads) * vec
-    return {"THREADS": threads, "ONE_PASS": per_thread <= MAX_PER_THREAD}
-
-
-def vector_width(hidden: int, element_size: int) -> int:
-    """Elements per 16-byte access, or 1 where the hidden size is no multiple of 16 bytes."""
-    vec = ACCESS_BYTES // element_size
-    return vec if hidden % vec == 0 else 1
 
 
 @cute.kernel
 def rms_norm_kernel(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, x_stride: Int64, o_stride: Int64,
                     eps: Float32, HIDDEN: cutlass.Constexpr, VEC: cutlass.Constexpr, THREADS: cutlass.Constexpr,
-                    ONE_PASS: cutlass.Constexpr):
+                    KEEP: cutlass.Constexpr):
     COLUMNS = HIDDEN // VEC
     ITERS = (COLUMNS + THREADS - 1) // THREADS
     WARPS = THREADS // 32
@@ -65,12 +48,15 @@ def rms_norm_kernel(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointe
     go = cute.make_tensor(o_ptr + row64 * cute.assume(o_stride, divby=VEC), columns)
     gw = cute.make_tensor(w_ptr, columns)
     acc = Float32(0.0)
-    if cutlass.const_expr(ONE_PASS):
+    if cutlass.const_expr(KEEP > 0):
         xs = cute.make_rmem_tensor(cute.make_layout((VEC, ITERS), stride=(1, VEC)), x_ptr.dtype)
+        wk = cute.make_rmem_tensor(cute.make_layout((VEC, ITERS), stride=(1, VEC)), x_ptr.dtype)
         for k in cutlass.range_constexpr(ITERS):
             j = tidx + k * THREADS
             if EVEN or j < COLUMNS:
                 cute.autovec_copy(gx[None, j], xs[None, k])
+                if cutlass.const_expr(KEEP > 1):
+                    cute.autovec_copy(gw[None, j], wk[None, k])  # before the reduction: its latency hides there
                 for i in cutlass.range_constexpr(VEC):
                     v = Float32(xs[i, k])
                     acc = acc + v * v
@@ -95,13 +81,14 @@ def rms_norm_kernel(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointe
     inv_rms = Float32(1.0) / cute.math.sqrt(acc / Float32(HIDDEN) + eps)
     ws = cute.make_rmem_tensor(cute.make_layout((VEC,)), x_ptr.dtype)
     ys = cute.make_rmem_tensor(cute.make_layout((VEC,)), x_ptr.dtype)
-    if cutlass.const_expr(ONE_PASS):
+    if cutlass.const_expr(KEEP > 0):
         for k in cutlass.range_constexpr(ITERS):
             j = tidx + k * THREADS
             if EVEN or j < COLUMNS:
-                cute.autovec_copy(gw[None, j], ws)
+                if cutlass.const_expr(KEEP == 1):
+                    cute.autovec_copy(gw[None, j], wk[None, k])
                 for i in cutlass.range_constexpr(VEC):
-                    ys[i] = (Float32(xs[i, k]) * inv_rms * Float32(ws[i])).to(x_ptr.dtype)
+                    ys[i] = (Float32(xs[i, k]) * inv_rms * Float32(wk[i, k])).to(x_ptr.dtype)
                 cute.autovec_copy(ys, go[None, j])
     else:
         xv2 = cute.make_rmem_tensor(cute.make_layout((VEC,)), x_ptr.dtype)
@@ -118,10 +105,10 @@ def rms_norm_kernel(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointe
 @cute.jit
 def launch_rows(x: cute.Pointer, w: cute.Pointer, o: cute.Pointer, rows: Int32, x_stride: Int64, o_stride: Int64,
                 eps: Float32, HIDDEN: cutlass.Constexpr, VEC: cutlass.Constexpr, THREADS: cutlass.Constexpr,
-                ONE_PASS: cutlass.Constexpr):
+                KEEP: cutlass.Constexpr):
     """The DSL's own entry point (one kernel, launched by the DSL's host code): what a caller of the DSL alone
     compiles and calls, timed against the row's C launcher by benchmarks/bench_cute_paths.py."""
-    rms_norm_kernel(x, w, o, x_stride, o_stride, eps, HIDDEN, VEC, THREADS, ONE_PASS).launch(
+    rms_norm_kernel(x, w, o, x_stride, o_stride, eps, HIDDEN, VEC, THREADS, KEEP).launch(
         grid=(rows, 1, 1), block=(THREADS, 1, 1))
 
 
@@ -129,25 +116,16 @@ def launch_rows(x: cute.Pointer, w: cute.Pointer, o: cute.Pointer, rows: Int32, 
 def _launch_both(xa: cute.Pointer, wa: cute.Pointer, oa: cute.Pointer, x1: cute.Pointer, w1: cute.Pointer,
                  o1: cute.Pointer, rows: Int32, x_stride: Int64, o_stride: Int64, eps: Float32,
                  HIDDEN: cutlass.Constexpr, VEC: cutlass.Constexpr, THREADS: cutlass.Constexpr,
-                 ONE_PASS: cutlass.Constexpr, THREADS_1: cutlass.Constexpr, ONE_PASS_1: cutlass.Constexpr):
+                 KEEP: cutlass.Constexpr, THREADS_1: cutlass.Constexpr, KEEP_1: cutlass.Constexpr):
     # Compiled, never run: it puts both kernels (16-byte and 1-element accesses) in one cubin.
-    rms_norm_kernel(xa, wa, oa, x_stride, o_stride, eps, HIDDEN, VEC, THREADS, ONE_PASS).launch(
+    rms_norm_kernel(xa, wa, oa, x_stride, o_stride, eps, HIDDEN, VEC, THREADS, KEEP).launch(
         grid=(rows, 1, 1), block=(THREADS, 1, 1))
-    rms_norm_kernel(x1, w1, o1, x_stride, o_stride, eps, HIDDEN, 1, THREADS_1, ONE_PASS_1).launch(
+    rms_norm_kernel(x1, w1, o1, x_stride, o_stride, eps, HIDDEN, 1, THREADS_1, KEEP_1).launch(
         grid=(rows, 1, 1), block=(THREADS_1, 1, 1))
 
 
-def specialisation(dtype: str, hidden: int) -> dict[str, int | bool | str]:
-    """What one build is compiled for: the dtype, the hidden size, and both kernels' launch shapes."""
-    size = _DTYPES[dtype].width // 8
-    vec = vector_width(hidden, size)
-    wide, narrow = launch_shape(hidden, size, vec), launch_shape(hidden, size, 1)
-    return {"dtype": dtype, "HIDDEN": hidden, "VEC": vec, "THREADS": wide["THREADS"], "ONE_PASS": wide["ONE_PASS"],
-            "THREADS_1": narrow["THREADS"], "ONE_PASS_1": narrow["ONE_PASS"]}
-
-
 def compile_kernels(spec: dict[str, int | bool | str], arch: str, dump_dir: str) -> tuple[bytes, str]:
-    """The cubin and PTX of both kernels of ``spec`` (see :func:`specialisation`) for ``arch`` ("sm_90a"), compiled
+    """The cubin and PTX of both kernels of ``spec`` (cute.specialisation) for ``arch`` ("sm_90a"), compiled
     without a GPU; the DSL writes its copies of them into ``dump_dir`` (else it writes them into the cwd)."""
     dtype = _DTYPES[str(spec["dtype"])]
     size = dtype.width // 8
@@ -156,6 +134,6 @@ def compile_kernels(spec: dict[str, int | bool | str], arch: str, dump_dir: str)
     hidden = int(spec["HIDDEN"])
     compiled = cute.compile(_launch_both, aligned, aligned, aligned, plain, plain, plain, Int32(1), Int64(hidden),
                             Int64(hidden), Float32(1e-6), hidden, int(spec["VEC"]), int(spec["THREADS"]),
-                            bool(spec["ONE_PASS"]), int(spec["THREADS_1"]), bool(spec["ONE_PASS_1"]),
+                            int(spec["KEEP"]), int(spec["THREADS_1"]), int(spec["KEEP_1"]),
                             options=f"--gpu-arch {arch} --keep-cubin --keep-ptx --dump-dir {dump_dir}")
     return compiled.artifacts.CUBIN, compiled.artifacts.PTX
