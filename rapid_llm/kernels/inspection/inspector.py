@@ -7,7 +7,8 @@ theoretical occupancy at a block size, the PTX (NVRTC's), and the SASS where
 was built with ``-lineinfo``). For a Triton or Gluon row: the same facts of
 each specialisation Triton compiled (rapid_llm.kernels.inspection.triton_facts), at
 the block size Triton launches it with, and Triton's GPU IR (``ttgir``: for a
-Gluon kernel, its layouts as written). Where a GPU is present, each occupancy
+Gluon kernel, its layouts as written). For a CuTe DSL row: the facts of its builds at the op's bench shape,
+read from their cubins, with the PTX and SASS. Where a GPU is present, each occupancy
 is also asked of the CUDA driver (rapid_llm.kernels.inspection.occupancy_api), and a
 disagreement is said. Rows built otherwise say what is not known about
 them, in one line each.
@@ -99,6 +100,9 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
     target = row.target
     if row.backend in ("triton", "gluon") and (isinstance(target, str) or callable(target)):  # shipped, or a cell's
         _triton(row, result)
+        return result
+    if row.backend == "cute":
+        _cute(row, result)
         return result
     if not isinstance(target, JitRow):
         result.notes.append(f"{row.name} is a {row.backend} row: build facts exist for JIT, Triton and Gluon rows")
@@ -192,6 +196,43 @@ def _sass_by_kernel(kernels: list[Any]) -> tuple[dict[str, str], str | None]:
                 return out, missing
             out[k.facts.symbol] = text
     return out, None
+
+
+def _cute(row: Any, result: Inspection) -> None:
+    """A CuTe DSL row's builds, one per dtype, as its launcher names them (``cute_builds(dtype)``, the op's bench
+    shape): from the cache, or compiled now (no GPU needed); their facts as the cubin states them, the PTX, the
+    SASS where a disassembler is installed, and the driver's occupancy where a GPU is here."""
+    from rapid_llm.kernels.toolchain import cute_build, cute_support
+
+    fn = row.load()
+    builds = getattr(fn, "cute_builds", None)
+    if builds is None:
+        result.notes.append(f"{row.name}: its launcher names no builds to inspect (give it an attribute "
+                            "cute_builds(dtype) -> CuteBuild: a cute_launcher's build(...) for that dtype)")
+        return
+    ptx, images = [], {}
+    for dtype in row.dtypes:
+        build = builds(dtype)
+        try:
+            module, _ = cute_build.load(build)
+        except ImportError:  # nothing cached, and no DSL to compile with
+            result.notes.append(f"{row.name}: {cute_support.installed().reason or 'the CuTe DSL cannot be imported'}")
+            return
+        folder = Path(module.__file__).parent
+        result.facts.update(module.__build_facts__)
+        ptx.append((folder / "kernels.ptx").read_text())
+        cubin = folder / "kernels.cubin"
+        images.update({s: (cubin.read_bytes(), s, 0) for s in module.__build_facts__})
+        sass, missing = sass_of(cubin)
+        if sass is not None:
+            result.sass = (result.sass or "") + sass
+        elif missing not in result.notes:
+            result.notes.append(missing)
+    result.ptx = "\n".join(ptx)
+    result.notes.append(f"the builds of {', '.join(row.dtypes)} at {row.op}'s bench shape (registers and stack frame "
+                        "as the cubin states them: the DSL's ptxas prints no report)")
+    result.notes += [f"notable: {n}" for n in buildfacts.notable(result.facts, result.threads_per_block)]
+    _ask_the_driver(result, images)
 
 
 def _compile_bench_case(row: Any, result: Inspection) -> None:

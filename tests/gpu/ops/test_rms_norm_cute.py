@@ -127,3 +127,14 @@ def test_a_fresh_process_reloads_the_built_kernel_without_the_dsl(cute_rms):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"cute/rms_norm reload in a fresh process: {found}")
     assert found["cached"] and not found["dsl_imported"]
+
+
+def test_cute_row_inspects_with_the_drivers_occupancy(cute_rms):
+    """inspect's facts come from the cubins; on a GPU the driver's occupancy is asked too, and agrees."""
+    from rapid_llm.kernels.inspection.inspector import inspect
+
+    result = inspect(CUTE)
+    print(result)
+    assert len(result.kernels()) == 6 and set(result.driver_blocks) == set(result.kernels())
+    assert not [n for n in result.notes if "the CUDA driver gives" in n]
+    assert all(result.facts[s].stack_frame == 0 for s in result.kernels())

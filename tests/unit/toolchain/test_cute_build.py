@@ -208,3 +208,28 @@ def test_what_a_thread_keeps_fits_its_registers_without_spilling(dtype, hidden, 
     facts = kernel_facts(cubin, "sm_90a", block_sizes(ptx))
     assert len(facts) == 2 and all(f.threads_per_block == 1024 for f in facts.values())
     assert [(f.registers <= 64, f.stack_frame) for f in facts.values()] == [(True, 0), (True, 0)], facts
+
+
+def test_inspect_of_a_cute_row_whose_launcher_names_no_builds_says_how_to_name_them():
+    from rapid_llm.kernels.inspection import inspector as inspection
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
+
+    def scale_nb(input, factor, out=None):  # a cell's launcher over a cute_launcher
+        return input * factor
+
+    with spec.isolated(discover=True):
+        spec.register(KernelSpec(name="cute/scale_nb", op="scale", target=scale_nb, devices=("cuda",),
+                                 golden=GoldenRecord(verified=False, baseline="native/scale")))
+        assert "cute_builds(dtype) -> CuteBuild" in inspection.inspect("cute/scale_nb").notes[0]
+
+
+@needs_dsl
+def test_inspect_shows_each_dtypes_build_at_the_bench_shape(cache):
+    from rapid_llm.kernels.inspection import inspector as inspection
+
+    result = inspection.inspect("cute/rms_norm")
+    assert len(result.kernels()) == 6  # bf16, fp16, fp32: 16-byte and 1-element kernels
+    wide = next(s for s in result.kernels() if "ptrbf16gmemalign16" in s)
+    assert result.block_size(wide) == 256 and result.facts[wide].spills == 0 and result.facts[wide].stack_frame == 0
+    assert result.code(wide, "ptx").count("ld.global.v4") == 4
