@@ -79,7 +79,7 @@ def test_cuda_tools_are_found_beside_nvcc_when_not_on_path(monkeypatch, tmp_path
 
 
 def test_rows_without_build_facts_say_why(monkeypatch):
-    assert "build facts exist for JIT, Triton and Gluon rows" in inspection.inspect("native/scale").notes[0]
+    assert "build facts exist for JIT, Triton, Gluon and CuTe rows" in inspection.inspect("native/scale").notes[0]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert "Triton's interpreter runs it here" in inspection.inspect("triton/scale").notes[0]
 
