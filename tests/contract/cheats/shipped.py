@@ -39,22 +39,24 @@ def verify_every_row(op: str, device: str) -> int:
     return checked
 
 
-def bench_every_row(op: str, device: str, numels: Sequence[int], *, warmup: int, repeats: int) -> int:
+def bench_every_row(op: str, device: str, numels: Sequence[int], *, warmup: int, repeats: int,
+                    paired: bool = False) -> int:
     """Time each row of ``op`` that runs on ``device`` at each of ``numels``, in fp32 and bf16 where it takes
     them, with the op's floor as the reference of the checked calls; bench refuses (raises) a row it catches.
-    How many calls of bench there were."""
+    With ``paired``, each dtype at one of ``numels`` in turn (fp32 at the first, bf16 at the second): a row still
+    meets both dtypes and both sizes, in half the calls. How many calls of bench there were."""
     from rapid_llm.bench.ops import floor_call, make_args
 
     timed = 0
     for row in runnable_rows(op, device):
-        for dtype in BENCH_DTYPES:
-            if dtype not in row.dtypes:
-                continue
-            for numel in numels:
-                case = make_args(op, numel, platform.torch_dtype(dtype), device)
-                bench(row.call_path(), *case.args, warmup=warmup, repeats=repeats, reference=floor_call(op),
-                      label=f"{row.name} {dtype} numel={numel}", **case.kwargs)
-                timed += 1
+        dtypes = [dtype for dtype in BENCH_DTYPES if dtype in row.dtypes]
+        cases = ([(dtype, numels[i % len(numels)]) for i, dtype in enumerate(dtypes)] if paired
+                 else [(dtype, numel) for dtype in dtypes for numel in numels])
+        for dtype, numel in cases:
+            case = make_args(op, numel, platform.torch_dtype(dtype), device)
+            bench(row.call_path(), *case.args, warmup=warmup, repeats=repeats, reference=floor_call(op),
+                  label=f"{row.name} {dtype} numel={numel}", **case.kwargs)
+            timed += 1
     return timed
 
 
