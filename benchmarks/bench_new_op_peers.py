@@ -19,9 +19,10 @@ Shapes:
 * top_k_top_p_sampling: batch 1, 32, 128 x vocabulary 131072, fp32 probabilities (each row's k in [1, 100],
   p = 0.9, as the op's bench case), and the same rows as logits (their log, ``from_logits``). FlashInfer:
   ``top_k_top_p_sampling_from_probs`` / ``_from_logits`` with per-row k and p tensors and a fixed seed and offset,
-  in its default order (``top_k_first``) and ``joint``. Its draws are random with another generator than ours, so
-  they are checked only for staying inside each row's top-k / nucleus set (float64, ties and the last 1e-3 of p
-  taken leniently), over 8 seeds; never for equality.
+  in its default order (``top_k_first``: p on the renormalised top k, as ours) and ``joint`` (p on the whole
+  distribution). Its draws are random with another generator than ours, so they are checked only for staying
+  inside each row's top-k / nucleus set of that order (float64, ties and the last 1e-3 of p taken leniently),
+  over 8 seeds; never for equality.
 * moe_topk_gate: DeepSeek-V3's gate (256 experts, 8 groups, top 4 groups, k = 8, sigmoid with an fp32 bias,
   renormalised) at T = 1, 16, 64, 128, bf16 logits. FlashInfer: ``fused_topk_deepseek`` (its bias cast to the
   logits' dtype, scaling factor 1, no programmatic dependent launch). Checked: the tokens whose 8 ids match the
@@ -30,8 +31,8 @@ Shapes:
 Every arm is timed by rapid_llm.bench.bench: cold L2, CUDA events, median and 20th/80th percentiles of
 ``--repeats`` calls, new content on every call and checked calls: our rows, dispatch and the compiled floor
 against the native floor (``reference``), FlashInfer against an untimed call of itself (its answers differ from
-ours by design: its own generator, its own page table). torch.compile's first call at each shape is outside the
-timing (its compile time is reported). Anything that cannot run is reported as 'skipped: reason' and the rest
+ours by design: its own generator, its own page table). torch.compile (dynamic=True unless --compile-static: one
+compile per op and form) makes its first call at each shape outside the timing; its compile times are reported. Anything that cannot run is reported as 'skipped: reason' and the rest
 goes on; the JSON is rewritten after each op, so a run cut short keeps what it measured.
 """
 from __future__ import annotations
@@ -174,7 +175,11 @@ class Compiled:
             return None
         if variant not in self.fns:
             backend = self.run.args.compile_backend
-            self.fns[variant] = torch.compile(native_function(self.op), backend=backend)
+            # dynamic=True: one compile serves every size (a serving engine's batch dimension is dynamic too);
+            # --compile-static compiles each shape on its own, which costs Inductor's sort-and-scan graphs tens of
+            # seconds each.
+            dynamic = not self.run.args.compile_static
+            self.fns[variant] = torch.compile(native_function(self.op), backend=backend, dynamic=dynamic)
         fn = self.fns[variant]
         t0 = time.perf_counter()
         try:
@@ -306,16 +311,18 @@ def ours_sampling(run: Run, device: torch.device, batch: int, case: dict, compil
                 time_arm(run, op, size, "compile", fn, args, moved, floor)
 
 
-def allowed(q: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """bool [B, V]: the tokens a top-k-then-top-p sampler may draw from the exact distribution ``q`` (float64):
-    fewer than k tokens strictly likelier, and the mass of the strictly likelier ones among the top k below
-    p (+ P_SLACK) of the top k's mass. Ties at either boundary count as inside."""
+def allowed(q: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, joint: bool = False) -> torch.Tensor:
+    """bool [B, V]: the tokens a top-k + top-p sampler may draw from the exact distribution ``q`` (float64):
+    fewer than k tokens strictly likelier, and the mass of the strictly likelier ones below p (+ P_SLACK) of the
+    top k's mass (top-k first: p on the renormalised top k, ours and FlashInfer's default) or of the whole mass
+    (``joint``: FlashInfer's one-kernel order, p on the distribution as it is, a larger set). Ties at either
+    boundary count as inside."""
     q = q.to(torch.float64)
     batch, vocab = q.shape
     qs, order = torch.sort(q, dim=1, descending=True)
     incl = torch.cumsum(qs, dim=1)
     k = top_k.to(torch.int64).clamp(1, vocab)
-    w_k = torch.gather(incl, 1, (k - 1)[:, None])
+    w_k = incl[:, -1:] if joint else torch.gather(incl, 1, (k - 1)[:, None])
     # strict: how many values are strictly larger (the first position of each value's group of ties)
     asc = qs.flip(1).contiguous()
     strict = vocab - torch.searchsorted(asc, qs.contiguous(), right=True)
@@ -326,11 +333,12 @@ def allowed(q: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.
 
 def flashinfer_sampling(run: Run, batch: int, case: dict, fi: Any, floor: Callable) -> None:
     op = OPS["sampling"]
-    ok = allowed(case["probs"], case["top_k"], case["top_p"])
+    sets = {order: allowed(case["probs"], case["top_k"], case["top_p"], joint=order == "joint")
+            for order in ("top_k_first", "joint")}
     for form in ("probs", "logits"):
         size, args, moved = _sampling_form(case, form)
         x, top_k, top_p = args[:3]
-        for order in ("top_k_first", "joint"):
+        for order, ok in sets.items():
             arm = f"flashinfer {order}"
             call = fip.sampling(fi, form == "logits", order)
             try:
@@ -550,6 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--budget-s", type=float, default=230.0, help="stop starting new arms after this long")
     parser.add_argument("--compile-backend", default="inductor")
+    parser.add_argument("--compile-static", action="store_true",
+                        help="compile the floor for each shape (default: once per op and form, dynamic=True)")
     parser.add_argument("--no-build", action="store_true", help="skip FlashInfer (no JIT build)")
     parser.add_argument("--json", help="write every figure and check here")
     parser.add_argument("--table", help="write the readable table here too")

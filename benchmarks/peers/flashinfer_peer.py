@@ -1,7 +1,8 @@
 """FlashInfer as bench_new_op_peers.py's peer: its environment, its JIT builds, and its calls of the three new ops.
 
-FlashInfer JIT-compiles each module on first use (nvcc through ninja, into FLASHINFER_WORKSPACE_BASE). Three
-modules answer our ops:
+FlashInfer JIT-compiles each module on first use (nvcc through ninja, into FLASHINFER_WORKSPACE_BASE), unless
+its package holds the module prebuilt (flashinfer/data/aot/<name>/<name>.so: prebuild_flashinfer.sh makes the
+sampling and page modules for sm_90a, run_new_ops.sh puts them there). Three modules answer our ops:
 
 * ``sampling`` (csrc/sampling.cu, renorm.cu): ``top_k_top_p_sampling_from_probs`` / ``_from_logits``, per-row
   ``top_k`` / ``top_p`` tensors, a fixed ``seed`` and ``offset`` (so a call is deterministic), and two orders:
@@ -24,6 +25,7 @@ modules answer our ops:
 """
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import sys
@@ -34,11 +36,14 @@ from typing import Any
 
 import torch
 
-#: Module name -> (where its getter lives, the getter): calling the getter builds and loads the module.
+#: Module name -> (its JIT spec's generator, the getter that loads it and registers its ops), each as
+#: (module, function). The spec's build (nvcc through ninja) runs in a background thread; the getter (a no-op
+#: ninja check, the load, torch.library registrations) in the main thread, where nothing else is compiling.
 MODULES = {
-    "page": ("flashinfer.page", "get_page_module"),
-    "dsv3_fused_routing": ("flashinfer.fused_moe.fused_routing_dsv3", "get_dsv3_fused_routing_module"),
-    "sampling": ("flashinfer.sampling", "get_sampling_module"),
+    "page": (("flashinfer.jit.page", "gen_page_module"), ("flashinfer.page", "get_page_module")),
+    "dsv3_fused_routing": (("flashinfer.jit.dsv3_optimizations", "gen_dsv3_fused_routing_module"),
+                           ("flashinfer.fused_moe.fused_routing_dsv3", "get_dsv3_fused_routing_module")),
+    "sampling": (("flashinfer.jit.sampling", "gen_sampling_module"), ("flashinfer.sampling", "get_sampling_module")),
 }
 #: The module each op's FlashInfer call needs.
 MODULE_OF = {"reshape_and_cache_flash": "page", "moe_topk_gate": "dsv3_fused_routing",
@@ -125,48 +130,66 @@ def import_flashinfer() -> tuple[Any | None, str | None, dict[str, Any]]:
 
 
 class Builds:
-    """FlashInfer's JIT modules built in background threads (each is nvcc through ninja: a subprocess, so the
-    main thread times other arms meanwhile); ``wait(name, seconds)`` gives the module or the reason it is not
-    there."""
+    """FlashInfer's JIT modules compiled in background threads (nvcc through ninja: subprocesses, so the main
+    thread times other arms meanwhile); ``wait(name, seconds)`` loads the module once its build is done and gives
+    it, or the reason it is not there."""
 
     def __init__(self, names: list[str], missing_headers: list[str]) -> None:
-        self.results: dict[str, tuple[Any | None, str | None, float]] = {}
+        self.built: dict[str, tuple[str | None, float]] = {}
+        self.loaded: dict[str, tuple[Any | None, str | None]] = {}
+        self.prebuilt: list[str] = []
         self.started = time.perf_counter()
         self._threads = {}
         for name in names:
-            need_curand = name == "sampling" and any(h.startswith("curand") for h in missing_headers)
-            if need_curand:
-                self.results[name] = (None, "the CUDA toolkit has no curand headers (sampling.cuh includes "
-                                            "<curand.h>) and no nvidia wheel on sys.path ships them", 0.0)
+            if name == "sampling" and any(h.startswith("curand") for h in missing_headers):
+                self.built[name] = ("the CUDA toolkit has no curand headers (sampling.cuh includes <curand.h>) and "
+                                    "no nvidia wheel on sys.path ships them", 0.0)
                 continue
-            t = threading.Thread(target=self._build, args=(name,), daemon=True, name=f"fi-build-{name}")
+            (where, gen), _ = MODULES[name]
+            try:  # imported here, in one thread: two threads importing one package's modules can deadlock
+                make_spec = getattr(importlib.import_module(where), gen)
+            except Exception as exc:  # noqa: BLE001
+                self.built[name] = (f"{where}.{gen}: {type(exc).__name__}: {exc}", 0.0)
+                continue
+            t = threading.Thread(target=self._build, args=(name, make_spec), daemon=True, name=f"fi-build-{name}")
             self._threads[name] = t
             t.start()
 
-    def _build(self, name: str) -> None:
+    def _build(self, name: str, make_spec: Any) -> None:
         t0 = time.perf_counter()
-        where, getter = MODULES[name]
         try:
-            import importlib
-
-            module = getattr(importlib.import_module(where), getter)()
-            self.results[name] = (module, None, time.perf_counter() - t0)
+            spec = make_spec()
+            if spec.aot_artifacts:  # prebuilt (prebuild_flashinfer.sh): the getter loads it, nothing to compile
+                self.prebuilt.append(name)
+            else:
+                spec.build(verbose=False, need_lock=True)
+            self.built[name] = (None, time.perf_counter() - t0)
         except BaseException as exc:  # noqa: BLE001 - a build error is the peer's reason to be skipped
             text = " ".join(str(exc).split())
-            self.results[name] = (None, f"JIT build failed: {type(exc).__name__}: {text[-1200:]}",
-                                  time.perf_counter() - t0)
+            self.built[name] = (f"JIT build failed: {type(exc).__name__}: {text[-1500:]}", time.perf_counter() - t0)
 
     def wait(self, name: str, seconds: float) -> tuple[Any | None, str | None]:
+        if name in self.loaded:
+            return self.loaded[name]
         t = self._threads.get(name)
         if t is not None:
             t.join(max(0.0, seconds))
-        if name not in self.results:
+        if name not in self.built:
             return None, f"JIT build of {name} still running after {time.perf_counter() - self.started:.0f} s (budget)"
-        module, why, _ = self.results[name]
+        why, _ = self.built[name]
+        module = None
+        if why is None:
+            _, (where, getter) = MODULES[name]
+            try:
+                module = getattr(importlib.import_module(where), getter)()
+            except Exception as exc:  # noqa: BLE001
+                why = f"loading the built module failed: {type(exc).__name__}: {' '.join(str(exc).split())[-1500:]}"
+        self.loaded[name] = (module, why)
         return module, why
 
-    def times(self) -> dict[str, float]:
-        return {k: round(v[2], 1) for k, v in self.results.items() if v[1] is None}
+    def times(self) -> dict[str, Any]:
+        """Seconds each module's build took ('prebuilt' for one loaded from flashinfer/data/aot)."""
+        return {k: "prebuilt" if k in self.prebuilt else round(v[1], 1) for k, v in self.built.items() if v[0] is None}
 
 
 # ------------------------------------------------------------------------------------------- the calls

@@ -4,8 +4,9 @@
 #
 #   bash benchmarks/peers/run_new_ops.sh OUTDIR [bench_new_op_peers.py args]
 #
-# Needs .peer-new-ops/ (benchmarks/peers/fetch_new_op_wheels.sh, run where the package registry is reachable; about
-# 18 MiB, git-ignored, carried to the GPU machine). Installs it into $PEER_DIR (default /tmp/peer-new-ops) with
+# Needs .peer-new-ops/ (benchmarks/peers/fetch_new_op_wheels.sh, run where the package registry is reachable, and
+# prebuild_flashinfer.sh for the prebuilt sampling and page modules; about 22 MiB, git-ignored, carried to the GPU
+# machine). Installs it into $PEER_DIR (default /tmp/peer-new-ops) with
 # pip --no-index --no-deps --target (apache-tvm-ffi, and a fallback only where python3 cannot import it),
 # unpacks the slim FlashInfer there, then runs benchmarks/bench_new_op_peers.py under a hard cap (CAP_S, default
 # 250 s; the script stops starting new arms after BUDGET_S, default 215 s, so the cap is a last resort). Writes
@@ -53,6 +54,12 @@ if [ ! -f "$peer/.installed" ]; then
          >> "$out/pip.log" 2>&1 || echo "unpacking $txz failed (see pip.log)" | tee -a "$out/env.log"
   else
     echo "no slim FlashInfer in $whl: FlashInfer will be skipped" | tee -a "$out/env.log"
+  fi
+  # FlashInfer's modules prebuilt for sm_90a (prebuild_flashinfer.sh): its own AOT folder, loaded instead of a JIT
+  # build (one that fails to load is JIT-built as usual)
+  if [ -d "$whl/aot" ] && [ -d "$peer/flashinfer/data" ]; then
+    cp -r "$whl/aot" "$peer/flashinfer/data/" && echo "prebuilt FlashInfer modules: $(ls "$whl/aot" | tr '\n' ' ')" \
+      | tee -a "$out/env.log"
   fi
   # fallbacks: only what python3 cannot already import (what `import flashinfer` needs beyond torch, ninja for
   # its JIT; tvm_ffi needs typing_extensions >= 4.13)

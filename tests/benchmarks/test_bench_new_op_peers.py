@@ -56,3 +56,8 @@ def test_allowed_keeps_the_top_k_then_the_nucleus_ties_inside():
     ok = bench.allowed(q, torch.tensor([2, 5, 1]), torch.tensor([0.9, 0.7, 0.5]))
     # row 0: top 2 is 0.4 and a tie of 0.2s (both inside); row 1: 0.5 + 0.3 passes 0.7, so two kept; row 2: all tied
     assert ok.tolist() == [[False, True, True, True, False], [True, True, False, False, False], [True] * 5]
+    # joint: p of the whole mass (row 0: 0.4 + 0.2 of 1.0 keeps the 0.2s; a top 1 row stays its top 1)
+    joint = bench.allowed(q, torch.tensor([2, 5, 1]), torch.tensor([0.5, 0.7, 0.5]), joint=True)
+    assert joint.tolist() == [[False, True, True, True, False], [True, True, False, False, False], [True] * 5]
+    # top-k first, the same row: p = 0.5 of the top 2's mass (0.6) is passed by the 0.4 alone
+    assert bench.allowed(q[:1], torch.tensor([2]), torch.tensor([0.5])).tolist() == [[False, True, False, False, False]]
