@@ -65,17 +65,15 @@ def test_dispatch_overhead_reports_both_paths(capsys):
     assert "torch.mul" in printed and "op / torch.mul" in printed
 
 
-def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys, monkeypatch, tmp_path):
-    """The call paths of an op, and what torch.ops costs by itself: a Python kernel, aten's, and one of our own
-    in C++ (the registration path a compiled graph would need to go under a Python kernel's floor)."""
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "torch_extensions"))
-    assert _load("bench_custom_op_overhead").main(["--op", "scale", "--device", "cpu", "--pairs", "1", "--n", "20",
-                                                   "--cpp-floor"]) == 0
+def test_custom_op_overhead_prints_every_path_and_torch_s_floors(capsys):
+    """The call paths of an op, and what torch.ops costs by itself: a Python kernel and aten's. The C++ floors
+    (``--cpp-floor``, about 20 s of compiling here) are tests/gpu/benchmarks/test_bench_scripts.py's."""
+    assert _load("bench_custom_op_overhead").main(["--op", "scale", "--device", "cpu", "--pairs", "1",
+                                                   "--n", "20"]) == 0
     printed = capsys.readouterr().out
     for arm in ("K.scale", "torch.ops.rapid_llm.scale.default", "torch.library.custom_op", "row native/scale direct",
                 "torch.ops, same schema, kernel = the row", "torch.ops, same schema, kernel does no work",
-                "torch.ops, same schema, C shim, no work", "Python kernel (returns its input)",
-                "aten C++ kernel (mul.Scalar)", "C++ kernel (returns its input)"):
+                "Python kernel (returns its input)", "aten C++ kernel (mul.Scalar)"):
         assert arm in printed, printed
 
 
