@@ -6,7 +6,7 @@
 # transfer; see docs/cute-rows.md for how they are made): joins the split wheel, checks every wheel against
 # the SHA256SUMS one of them holds, and installs them with pip --no-index --no-deps --target into TARGET (default
 # .cute-site/, which git ignores). A dependency this Python already has (cuda-bindings, cuda-pathfinder,
-# protobuf, typing-extensions) is left out, so nothing the installed torch uses is shadowed.
+# protobuf, typing-extensions, apache-tvm-ffi) is left out, so nothing the installed torch uses is shadowed.
 #
 # --target runs no .pth file, so the DSL's package folder must be put on PYTHONPATH; the last line printed is
 # the export to run (scripts/gpu_cute.sh does it by itself when .cute-site/ exists).
@@ -45,6 +45,7 @@ for wheel in "$work"/*.whl; do
     cuda_pathfinder-*) have cuda-pathfinder 1.1 && continue ;;
     protobuf-*) have protobuf 4.21.12 && continue ;;
     typing_extensions-*) have typing-extensions 4.10 && continue ;;
+    apache_tvm_ffi-*) have apache-tvm-ffi 0.1 && continue ;;  # optional: the DSL's TVM-FFI call path
   esac
   todo+=("$wheel")
 done

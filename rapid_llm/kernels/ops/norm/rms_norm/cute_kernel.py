@@ -113,6 +113,15 @@ def launch_rows(x: cute.Pointer, w: cute.Pointer, o: cute.Pointer, rows: Int32, 
 
 
 @cute.jit
+def launch_tensors(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, HIDDEN: cutlass.Constexpr,
+                   VEC: cutlass.Constexpr, THREADS: cutlass.Constexpr, KEEP: cutlass.Constexpr):
+    """The DSL's own entry point for tensors (``from_dlpack`` ones, or torch tensors where compiled with
+    ``--enable-tvm-ffi``): rows and row strides read from the tensors by the DSL's host code."""
+    rms_norm_kernel(mX.iterator, mW.iterator, mO.iterator, Int64(mX.stride[0]), Int64(mO.stride[0]), eps, HIDDEN,
+                    VEC, THREADS, KEEP).launch(grid=(mX.shape[0], 1, 1), block=(THREADS, 1, 1))
+
+
+@cute.jit
 def _launch_both(xa: cute.Pointer, wa: cute.Pointer, oa: cute.Pointer, x1: cute.Pointer, w1: cute.Pointer,
                  o1: cute.Pointer, rows: Int32, x_stride: Int64, o_stride: Int64, eps: Float32,
                  HIDDEN: cutlass.Constexpr, VEC: cutlass.Constexpr, THREADS: cutlass.Constexpr,
