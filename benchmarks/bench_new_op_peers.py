@@ -255,7 +255,8 @@ def flashinfer_cache(run: Run, tokens: int, case: Any, fi: Any, floor: Callable)
     call = fip.append_paged_kv_cache(fi)
     fi_args = (key, value, key_cache, value_cache, table["batch_indices"], table["positions"], table["kv_indices"],
                table["kv_indptr"], table["kv_last_page_len"])
-    try:  # one call on copies of the caches against the floor's on other copies: the same bytes
+    try:  # before the timing (which rewrites the arguments' content): one call on copies of the caches against
+        # the floor's on other copies, the same bytes
         kc, vc = key_cache.clone(), value_cache.clone()
         call(key, value, kc, vc, *fi_args[4:])
         kf, vf = key_cache.clone(), value_cache.clone()
@@ -332,9 +333,12 @@ def allowed(q: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, joint: bo
 
 
 def flashinfer_sampling(run: Run, batch: int, case: dict, fi: Any, floor: Callable) -> None:
+    """Every form and order's draws checked first, then each timed: a timed run rewrites its arguments' content
+    (the harness's new content for every call), so no check may follow one on the same tensors."""
     op = OPS["sampling"]
     sets = {order: allowed(case["probs"], case["top_k"], case["top_p"], joint=order == "joint")
             for order in ("top_k_first", "joint")}
+    timed = []
     for form in ("probs", "logits"):
         size, args, moved = _sampling_form(case, form)
         x, top_k, top_p = args[:3]
@@ -355,7 +359,9 @@ def flashinfer_sampling(run: Run, batch: int, case: dict, fi: Any, floor: Callab
             except Exception as exc:  # noqa: BLE001
                 run.error(f"{op} {size} {arm} check", exc)
                 continue
-            time_arm(run, op, size, arm, call, (x, top_k, top_p), moved, None, plain_retry=True)
+            timed.append((size, arm, call, (x, top_k, top_p), moved))
+    for size, arm, call, args, moved in timed:
+        time_arm(run, op, size, arm, call, args, moved, None, plain_retry=True)
 
 
 # ---------------------------------------------------------------------------------------------- gate

@@ -140,11 +140,8 @@ class Builds:
         self.prebuilt: list[str] = []
         self.started = time.perf_counter()
         self._threads = {}
+        self.no_curand = any(h.startswith("curand") for h in missing_headers)
         for name in names:
-            if name == "sampling" and any(h.startswith("curand") for h in missing_headers):
-                self.built[name] = ("the CUDA toolkit has no curand headers (sampling.cuh includes <curand.h>) and "
-                                    "no nvidia wheel on sys.path ships them", 0.0)
-                continue
             (where, gen), _ = MODULES[name]
             try:  # imported here, in one thread: two threads importing one package's modules can deadlock
                 make_spec = getattr(importlib.import_module(where), gen)
@@ -161,6 +158,10 @@ class Builds:
             spec = make_spec()
             if spec.aot_artifacts:  # prebuilt (prebuild_flashinfer.sh): the getter loads it, nothing to compile
                 self.prebuilt.append(name)
+            elif name == "sampling" and self.no_curand:
+                self.built[name] = ("the CUDA toolkit has no curand headers (sampling.cuh includes <curand.h>), no "
+                                    "nvidia wheel on sys.path ships them, and no prebuilt sampling module", 0.0)
+                return
             else:
                 spec.build(verbose=False, need_lock=True)
             self.built[name] = (None, time.perf_counter() - t0)

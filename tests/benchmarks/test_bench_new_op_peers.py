@@ -61,3 +61,66 @@ def test_allowed_keeps_the_top_k_then_the_nucleus_ties_inside():
     assert joint.tolist() == [[False, True, True, True, False], [True, True, False, False, False], [True] * 5]
     # top-k first, the same row: p = 0.5 of the top 2's mass (0.6) is passed by the 0.4 alone
     assert bench.allowed(q[:1], torch.tensor([2]), torch.tensor([0.5])).tolist() == [[False, True, False, False, False]]
+
+
+class _StandInFlashInfer:
+    """FlashInfer's three calls done in torch on a CPU (its addressing, a draw from the allowed set, our floor's
+    gate), so the benchmark's FlashInfer arms and their checks run end to end without a GPU."""
+
+    def __init__(self, bench):
+        self.sampling = self
+        self._bench = bench
+
+    @staticmethod
+    def append_paged_kv_cache(key, value, batch_indices, positions, caches, kv_indices, kv_indptr, last_len, layout):
+        assert layout == "NHD"
+        block = caches[0].shape[1]
+        page = kv_indices.long()[kv_indptr.long()[batch_indices.long()] + positions.long() // block]
+        for src, cache in zip((key, value), caches):
+            cache[page, positions.long() % block] = src
+
+    def _draw(self, x, top_k, top_p, filter_apply_order, deterministic, seed, offset, logits):
+        q = torch.softmax(x.double(), dim=1) if logits else x.double()
+        ok = self._bench.allowed(q, top_k, top_p, joint=filter_apply_order == "joint")
+        gen = torch.Generator().manual_seed(seed)
+        return torch.multinomial(ok.double(), 1, generator=gen).squeeze(1).to(torch.int32)
+
+    def top_k_top_p_sampling_from_probs(self, x, top_k, top_p, **kw):
+        return self._draw(x, top_k, top_p, logits=False, **kw)
+
+    def top_k_top_p_sampling_from_logits(self, x, top_k, top_p, **kw):
+        return self._draw(x, top_k, top_p, logits=True, **kw)
+
+
+def test_flashinfer_arms_time_and_check_a_stand_in_peer(monkeypatch):
+    bench = _load(BENCHMARKS / "bench_new_op_peers.py", "bench_new_op_peers")
+    args = bench.argparse.Namespace(budget_s=600.0, repeats=3, peers=["flashinfer"], cpu_test=True, json=None)
+    run = bench.Run(args)
+    run.vocab, run.sizes = 256, {"cache": (5,), "sampling": (3,), "gate": (2,)}
+    fi = _StandInFlashInfer(bench)
+    floor_gate = bench.native_function("moe_topk_gate")
+
+    def gate(k, groups, topk_groups):
+        def call(logits, bias, weights, ids):
+            w, i = floor_gate(logits, k, "sigmoid", True, bias.float(), groups, topk_groups)
+            weights.copy_(w)
+            ids.copy_(i)
+        return call
+
+    monkeypatch.setattr(bench.fip, "dsv3_gate", gate)
+    cpu = torch.device("cpu")
+    for name in ("cache", "sampling", "gate"):
+        cases, _ours, theirs = bench.BENCHES[name]
+        floor = bench.native_function(bench.OPS[name])
+        for size, case in cases(run, cpu):
+            theirs(run, size, case, fi, floor)
+    assert not run.doc["errors"], run.doc["errors"]
+    checks = {(c["op"], c["arm"]): c for c in run.doc["checks"]}
+    assert checks[("reshape_and_cache_flash", "flashinfer")]["caches_equal_to_floor"] is True
+    for order in ("top_k_first", "joint"):
+        c = checks[("top_k_top_p_sampling", f"flashinfer {order}")]
+        assert c["outside_top_k_top_p"] == 0 and c["draws"] == 3 * bench.CHECK_SEEDS
+    assert checks[("moe_topk_gate", "flashinfer")]["tokens_same_ids"] == 2
+    timed = {(r["op"], r["arm"]) for r in run.doc["results"]}
+    assert {("reshape_and_cache_flash", "flashinfer"), ("top_k_top_p_sampling", "flashinfer joint"),
+            ("moe_topk_gate", "flashinfer")} <= timed
