@@ -33,7 +33,9 @@ Every arm is timed by rapid_llm.bench.bench: cold L2, CUDA events, median and 20
 against the native floor (``reference``), FlashInfer against an untimed call of itself (its answers differ from
 ours by design: its own generator, its own page table). torch.compile (dynamic=True unless --compile-static: one
 compile per op and form) makes its first call at each shape outside the timing; its compile times are reported. Anything that cannot run is reported as 'skipped: reason' and the rest
-goes on; the JSON is rewritten after each op, so a run cut short keeps what it measured.
+goes on; the JSON is rewritten after each op, so a run cut short keeps what it measured. Order: each op's rows,
+dispatch and FlashInfer first (cache write, gate, sampling), the compiled floors last, since Inductor's compiles
+are what a time budget should cut first.
 """
 from __future__ import annotations
 
@@ -234,9 +236,11 @@ def cache_cases(run: Run, device: torch.device):
 def ours_cache(run: Run, device: torch.device, tokens: int, case: Any, compiled: Compiled | None,
                floor: Callable) -> None:
     op, args = OPS["cache"], case.args
-    src = torch.cat([args[0].flatten(), args[1].flatten()])  # key and value: read once, written once
-    time_arm(run, op, tokens, "copy", lambda s, d: d.copy_(s), (src, torch.empty_like(src)), 2 * src.nbytes, None)
-    if "rapid_llm" in run.args.peers:
+    if compiled is None:  # key and value: read once, written once
+        src = torch.cat([args[0].flatten(), args[1].flatten()])
+        time_arm(run, op, tokens, "copy", lambda s, d: d.copy_(s), (src, torch.empty_like(src)), 2 * src.nbytes,
+                 None)
+    if compiled is None and "rapid_llm" in run.args.peers:
         for label, fn in our_arms(run, op, "bf16", device, args[0].numel()):
             time_arm(run, op, tokens, label, fn, args, case.bytes_moved, floor)
     if compiled is not None:
@@ -303,7 +307,7 @@ def ours_sampling(run: Run, device: torch.device, batch: int, case: dict, compil
     op = OPS["sampling"]
     for form in ("probs", "logits"):
         size, args, moved = _sampling_form(case, form)
-        if "rapid_llm" in run.args.peers:
+        if compiled is None and "rapid_llm" in run.args.peers:
             for label, fn in our_arms(run, op, "fp32", device, args[0].numel()):
                 time_arm(run, op, size, label, fn, args, moved, floor)
         if compiled is not None:
@@ -378,7 +382,7 @@ def gate_cases(run: Run, device: torch.device):
 def ours_gate(run: Run, device: torch.device, tokens: int, case: Any, compiled: Compiled | None,
               floor: Callable) -> None:
     op, args = OPS["gate"], case.args
-    if "rapid_llm" in run.args.peers:
+    if compiled is None and "rapid_llm" in run.args.peers:
         for label, fn in our_arms(run, op, "bf16", device, args[0].numel()):
             time_arm(run, op, tokens, label, fn, args, case.bytes_moved, floor)
     if compiled is not None:
@@ -413,30 +417,25 @@ def flashinfer_gate(run: Run, tokens: int, case: Any, fi: Any, floor: Callable) 
     time_arm(run, op, tokens, "flashinfer", call, (logits, fi_bias, weights, ids), case.bytes_moved, None)
 
 
-#: name -> (the cases, our arms and the compiled floor, FlashInfer's arm)
+#: name -> (the cases; our rows and dispatch, or with a Compiled the compiled floor; FlashInfer's arm)
 BENCHES = {"cache": (cache_cases, ours_cache, flashinfer_cache),
            "gate": (gate_cases, ours_gate, flashinfer_gate),
            "sampling": (sampling_cases, ours_sampling, flashinfer_sampling)}
 
 
-def bench_one(run: Run, name: str, device: torch.device, fi: Any, builds: Any) -> None:
-    """Our arms and the compiled floor at every size, then (its module built by now, or waited for) FlashInfer's:
-    the build runs while ours are timed."""
+def head_to_head(run: Run, name: str, device: torch.device, fi: Any, builds: Any) -> None:
+    """Our rows and dispatch at every size, then FlashInfer's (its module loaded by now: prebuilt, or built in
+    the background while ours were timed, waited for as long as the budget allows)."""
     from rapid_llm.bench.ops import floor_call
 
     op = OPS[name]
     cases, ours, theirs = BENCHES[name]
     floor = floor_call(op)
-    compiled = None
-    if "compile" in run.args.peers and (not run.args.cpu_test or name in CPU_TEST["compile_ops"]):
-        compiled = Compiled(run, op)
-    elif "compile" in run.args.peers:
-        run.skip(f"{op} compile", "--cpu-test compiles the gate's floor only")
     for size, case in cases(run, device):
         if run.left() < 5:
             run.skip(f"{op} {size}", "time budget spent")
             continue
-        ours(run, device, size, case, compiled, floor)
+        ours(run, device, size, case, None, floor)
         del case
     run.save()
     peer = peer_for(run, fi, builds, op)
@@ -447,6 +446,26 @@ def bench_one(run: Run, name: str, device: torch.device, fi: Any, builds: Any) -
             run.skip(f"{op} {size} flashinfer", "time budget spent")
             continue
         theirs(run, size, case, peer, floor)
+        del case
+    run.save()
+
+
+def compiled_floor(run: Run, name: str, device: torch.device) -> None:
+    """torch.compile of the floor at every size: last, after every op's head to head, since Inductor's compiles
+    (tens of seconds for sampling's sorts and scans) are what a time budget should cut first."""
+    from rapid_llm.bench.ops import floor_call
+
+    op = OPS[name]
+    if run.args.cpu_test and name not in CPU_TEST["compile_ops"]:
+        run.skip(f"{op} compile", "--cpu-test compiles the gate's floor only")
+        return
+    cases, ours, _ = BENCHES[name]
+    floor, compiled = floor_call(op), Compiled(run, op)
+    for size, case in cases(run, device):
+        if run.left() < 5:
+            run.skip(f"{op} {size} compile", "time budget spent")
+            continue
+        ours(run, device, size, case, compiled, floor)
         del case
     run.save()
 
@@ -589,14 +608,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     import rapid_llm  # noqa: F401 - the ops register on import
 
     run.doc["env"]["rapid_llm"] = str(Path(rapid_llm.__file__).parent)
-    for name in ("cache", "gate", "sampling"):
-        if name not in args.ops:
-            continue
-        log(f"{OPS[name]} ...")
+    steps = [(n, "head to head") for n in ("cache", "gate", "sampling") if n in args.ops]
+    if "compile" in args.peers:
+        steps += [(n, "torch.compile") for n in ("cache", "gate", "sampling") if n in args.ops]
+    for name, what in steps:
+        log(f"{OPS[name]}: {what} ...")
         try:
-            bench_one(run, name, device, fi, builds)
+            if what == "head to head":
+                head_to_head(run, name, device, fi, builds)
+            else:
+                compiled_floor(run, name, device)
         except Exception as exc:  # noqa: BLE001
-            run.error(OPS[name], exc)
+            run.error(f"{OPS[name]} {what}", exc)
         run.save()
     text = table(run.doc)
     print(text, flush=True)
