@@ -28,14 +28,14 @@ Shapes:
   logits' dtype, scaling factor 1, no programmatic dependent launch). Checked: the tokens whose 8 ids match the
   floor's as a set, and the largest weight difference on those.
 
-Every arm is timed by rapid_llm.bench.bench: cold L2, CUDA events, median and 20th/80th percentiles of
-``--repeats`` calls, new content on every call and checked calls: our rows, dispatch and the compiled floor
-against the native floor (``reference``), FlashInfer against an untimed call of itself (its answers differ from
-ours by design: its own generator, its own page table). torch.compile (dynamic=True unless --compile-static: one
-compile per op and form) makes its first call at each shape outside the timing; its compile times are reported. Anything that cannot run is reported as 'skipped: reason' and the rest
-goes on; the JSON is rewritten after each op, so a run cut short keeps what it measured. Order: each op's rows,
-dispatch and FlashInfer first (cache write, gate, sampling), the compiled floors last, since Inductor's compiles
-are what a time budget should cut first.
+Every arm is timed by rapid_llm.bench.bench: cold L2, CUDA events, median and 20th/80th percentiles of ``--repeats``
+calls, new content on every call and checked calls: our rows, dispatch and the compiled floor against the native
+floor (``reference``), FlashInfer against an untimed call of itself (its answers differ from ours by design: its own
+generator, its own page table). torch.compile (dynamic=True unless --compile-static: one compile per op and form)
+makes its first call at each shape outside the timing; its compile times are reported. Anything that cannot run is
+reported as 'skipped: reason' and the rest goes on; the JSON is rewritten after each op, so a run cut short keeps
+what it measured. Order: each op's rows, dispatch and FlashInfer first (cache write, gate, sampling), the compiled
+floors last, since Inductor's compiles are what a time budget should cut first.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 # project root (git-ignored through .git/info/exclude; carried to the GPU machine): FlashInfer slimmed to its
 # sampling, page and DeepSeek-V3 routing modules (slim_flashinfer.py: 14 MiB instead of 97), apache-tvm-ffi
 # (FlashInfer's binding layer), and small pure fallbacks for FlashInfer's imports, installed there only where the
-# machine's Python lacks them. About 18 MiB in all.
+# machine's Python lacks them. About 18 MiB in all (21.7 MiB with prebuild_flashinfer.sh's modules).
 #
 #   bash benchmarks/peers/fetch_new_op_wheels.sh
 set -euo pipefail

@@ -110,8 +110,8 @@ def prepare_env(scratch: Path, has_cuda: bool) -> dict[str, Any]:
                 break
     if added:
         flags = " ".join(f"-isystem {d}" for d in added)
-        os.environ["FLASHINFER_EXTRA_CUDAFLAGS"] = (os.environ.get("FLASHINFER_EXTRA_CUDAFLAGS", "") + " " + flags).strip()
-        os.environ["FLASHINFER_EXTRA_CFLAGS"] = (os.environ.get("FLASHINFER_EXTRA_CFLAGS", "") + " " + flags).strip()
+        for var in ("FLASHINFER_EXTRA_CUDAFLAGS", "FLASHINFER_EXTRA_CFLAGS"):
+            os.environ[var] = (os.environ.get(var, "") + " " + flags).strip()
     info["toolkit_headers_added_from"] = added
     info["toolkit_headers_missing"] = missing
     return info

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Build FlashInfer's sampling, page and DeepSeek-V3 routing modules for sm_90a (H100, H200) on a machine without a
-# GPU, into
-# .peer-new-ops/aot/<module>/<module>.so, where run_new_ops.sh installs them as FlashInfer's own AOT modules
+# GPU, into .peer-new-ops/aot/<module>/<module>.so, where run_new_ops.sh installs them as FlashInfer's own AOT modules
 # (flashinfer/data/aot: loaded instead of a JIT build; a module that fails to load is JIT-built as usual). The
 # sampling module is the slow one (sampling.cu alone takes minutes of nvcc), so this saves the GPU machine's time.
 #
-#   SITE=DIR EXTRA_INCLUDE="DIR ..." [MODULES="page sampling dsv3_fused_routing"] bash benchmarks/peers/prebuild_flashinfer.sh
+#   SITE=DIR EXTRA_INCLUDE="DIR ..." [MODULES="page sampling dsv3_fused_routing"] \
+#     bash benchmarks/peers/prebuild_flashinfer.sh
 #
 # SITE: a folder holding the slim FlashInfer (tar -xJf .peer-new-ops/flashinfer_python-*.tar.xz -C SITE) and an
 # apache-tvm-ffi for this machine's Python (pip install --target SITE apache-tvm-ffi) and FlashInfer's import-time
 # dependencies. EXTRA_INCLUDE: folders of the toolkit headers the modules include where the toolkit lacks them:
 # cuRAND's (sampling) and cuBLAS's (the routing module's TensorRT-LLM utilities), e.g. the include folders of the
-# nvidia-curand and nvidia-cublas wheels. The link names -lcuda; without a driver an empty stub with its soname stands in (the
-# modules call no driver API: their .so lists no libcuda). Runs nvcc at low priority, one job at a time.
+# nvidia-curand and nvidia-cublas wheels. The link names -lcuda; without a driver an empty stub with its soname
+# stands in (the modules' .so list no libcuda: as-needed linking drops it). Runs nvcc at low priority, one job
+# at a time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

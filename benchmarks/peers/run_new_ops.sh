@@ -5,7 +5,7 @@
 #   bash benchmarks/peers/run_new_ops.sh OUTDIR [bench_new_op_peers.py args]
 #
 # Needs .peer-new-ops/ (benchmarks/peers/fetch_new_op_wheels.sh, run where the package registry is reachable, and
-# prebuild_flashinfer.sh for the prebuilt sampling and page modules; about 22 MiB, git-ignored, carried to the GPU
+# prebuild_flashinfer.sh for the prebuilt sampling, page and routing modules; 21.7 MiB, git-ignored, carried to the GPU
 # machine). Installs it into $PEER_DIR (default /tmp/peer-new-ops) with
 # pip --no-index --no-deps --target (apache-tvm-ffi, and a fallback only where python3 cannot import it),
 # unpacks the slim FlashInfer there, then runs benchmarks/bench_new_op_peers.py under a hard cap (CAP_S, default
