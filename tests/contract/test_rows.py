@@ -32,18 +32,26 @@ def _runnable(name: str) -> torch.device:
     return device
 
 
+#: The dtypes a Triton row is verified in by Triton's CPU interpreter (test_row_passes_its_reference_... says why).
+INTERPRETED_DTYPES = ("fp32", "fp16")
+
+
 @pytest.mark.parametrize("name", _all_rows())
 def test_row_passes_its_reference_and_holds_its_record(name):
+    """verify, in every dtype the row takes, passes and measures no diff above the shipped record. A Triton row in
+    the CPU interpreter is verified in fp32 and fp16 only: the interpreter truncates fp32 -> bf16 where a GPU rounds
+    to nearest, so its bf16 results say little of the row's (they pass the tolerance but can sit one ulp further from
+    the baseline than the record), and they cost a third of the interpreter's time; this test on CUDA verifies the
+    Triton rows in every dtype and holds each record."""
     device = _runnable(name)
-    shipped = spec.get_row(name).golden
-    report = verify(name, device=device)
+    row = spec.get_row(name)
+    shipped = row.golden
+    interpreted = [d for d in row.dtypes if d in INTERPRETED_DTYPES] if row.backend == "triton" \
+        and device.type == "cpu" else []
+    # a verdict over some dtypes is not recorded: the registry keeps the shipped record whole for later tests
+    report = verify(name, device=device, dtypes=interpreted or None, record=not interpreted)
     assert report.passed, str(report)
-    regressions = report.regressions(shipped)
-    if spec.get_row(name).backend == "triton" and device.type == "cpu":
-        # Triton's CPU interpreter truncates fp32 -> bf16 instead of rounding to nearest: bf16 passes the
-        # tolerance above but can sit one ulp further from the baseline than the record; GPU runs check it.
-        regressions = [r for r in regressions if not r.startswith("bf16")]
-    assert regressions == [], str(report)
+    assert report.regressions(shipped) == [], str(report)
 
 
 @pytest.mark.parametrize("name", _all_rows())
