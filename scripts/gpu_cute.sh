@@ -33,10 +33,11 @@ print("device:", torch.cuda.get_device_name(), torch.cuda.get_device_capability(
 print(K.explain("rms_norm", dtype="bf16", device=torch.device("cuda"), numel=4096 * 16384))
 PY
 want tests && step tests python -m pytest -q -s -p no:cacheprovider tests/gpu/ops/test_rms_norm_cute.py \
-  tests/gpu/unit/toolchain/test_cute_cells.py tests/unit/toolchain/test_cute_build.py tests/unit/toolchain/test_cute_cells.py
+  tests/gpu/unit/toolchain/test_cute_cells.py tests/unit/toolchain/test_cute_build.py \
+  tests/unit/toolchain/test_cute_cells.py
 want tests && grep -h "reload in a fresh process\|host cost per call" "$out/tests.log" | tee -a "$out/run.log"
-want bench && step bench_rms_norm python benchmarks/bench_op.py rms_norm --verify --tokens 1 16 128 1024 4096 16384 --dtypes bf16 \
-  ${RESULTS:+--results}
+want bench && step bench_rms_norm python benchmarks/bench_op.py rms_norm --verify --tokens 1 16 128 1024 4096 16384 \
+  --dtypes bf16 ${RESULTS:+--results}
 want paths && step call_paths python benchmarks/bench_cute_paths.py
 want paths && tail -n 12 "$out/call_paths.log" >> "$out/run.log"
 exit 0

@@ -105,7 +105,8 @@ def inspect(row: Any, threads_per_block: int = 256) -> Inspection:
         _cute(row, result)
         return result
     if not isinstance(target, JitRow):
-        result.notes.append(f"{row.name} is a {row.backend} row: build facts exist for JIT, Triton, Gluon and CuTe rows")
+        result.notes.append(f"{row.name} is a {row.backend} row: build facts exist for JIT, Triton, Gluon and CuTe "
+                            "rows")
         return result
     if target.not_built is not None:
         result.notes.append(f"{row.name} was not built on this machine: {target.not_built}")

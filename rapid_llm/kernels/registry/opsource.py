@@ -26,6 +26,7 @@ import sys
 import textwrap
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from rapid_llm.kernels.registry import spec as _spec
@@ -56,6 +57,8 @@ class _Module:
     imports: dict[str, str] = field(default_factory=dict)  # bound name -> import statement
     constants: dict[str, str] = field(default_factory=dict)  # bound name -> literal
     functions: dict[str, str] = field(default_factory=dict)  # bound name -> source, in dependency order
+    #: bound name -> expression of an object that writes itself out (``__rapid_llm_export__``), after the functions
+    objects: dict[str, str] = field(default_factory=dict)
     taken: dict[str, Any] = field(default_factory=dict)  # bound name -> the object it stands for
 
     def bind(self, name: str, obj: Any, why: str) -> None:
@@ -95,6 +98,12 @@ class _Module:
             self.constants[name] = f"{self.reference(importlib.import_module('triton.language'), 'tl', why)}" \
                                    f".constexpr({constant})"
             return name
+        export = getattr(obj, "__rapid_llm_export__", None)
+        if export is not None and name is not None:  # an object that says how it is made (a cute_launcher)
+            self.bind(name, obj, why)
+            self.objects[name] = ""  # reserved while what it uses is written
+            self.objects[name] = export(self, name)
+            return name
         literal = _literal(obj)
         if literal is not None and name is not None:
             self.bind(name, obj, why)
@@ -108,7 +117,9 @@ class _Module:
         raise ExportError(f"op {self.op!r}: {why} uses {name or obj!r}, {kind}, which cannot be written out as "
                           "source: make it a plain constant or a function, or move it into an importable module")
 
-    def function(self, fn: types.FunctionType, why: str) -> str:
+    def function(self, fn: types.FunctionType, why: str, source: str | None = None) -> str:
+        """Write ``fn`` out by its source (``source``, where its own cannot be read as written: a CuTe DSL kernel
+        once compiled has lost its decorator line to inspect), with what it uses; its name in the module."""
         name = fn.__name__
         if name in self.functions and self.taken.get(name) is fn:
             return name
@@ -123,7 +134,7 @@ class _Module:
             raise ExportError(f"op {self.op!r}: {where} is defined inside {fn.__qualname__.rsplit('.', 1)[0]}: "
                               "define it at the top level of a cell")
         try:
-            source = textwrap.dedent(inspect.getsource(fn))
+            source = textwrap.dedent(source if source is not None else inspect.getsource(fn))
         except (OSError, TypeError):
             raise ExportError(f"op {self.op!r}: the source of {where} cannot be found (defined with exec?)") from None
         self.bind(name, fn, why)
@@ -171,7 +182,15 @@ def _installed(module: str) -> bool:
     """Whether ``module`` comes with Python or an installed distribution (what a shipped op may import)."""
     top = module.split(".", 1)[0]
     return (top == "rapid_llm" or top in sys.stdlib_module_names or top in sys.builtin_module_names
-            or top in _distributions())  # rapid_llm itself may run from a checkout on PYTHONPATH
+            or top in _distributions()  # rapid_llm itself may run from a checkout on PYTHONPATH
+            or _inside_a_distribution(top))
+
+
+def _inside_a_distribution(top: str) -> bool:
+    """A package that a distribution installs inside its own folder and puts on ``sys.path`` from there (the CuTe
+    DSL's ``cutlass``, in ``nvidia_cutlass_dsl/dsl_packages/``): installed too, where it was imported."""
+    file = getattr(sys.modules.get(top), "__file__", None)
+    return file is not None and any(part in _distributions() for part in Path(file).parts[:-1])
 
 
 def _importable_home(obj: Any) -> tuple[str, str] | None:
@@ -273,6 +292,8 @@ def _parts(op: str, mod: _Module, what: str, docstring: str | None = None) -> li
     parts += [f"{name} = {text}" for name, text in mod.constants.items()]
     for text in mod.functions.values():
         parts += ["", "", text.rstrip()]
+    if mod.objects:  # made from the functions above
+        parts += ["", "", *(f"{name} = {text}" for name, text in mod.objects.items())]
     return parts
 
 

@@ -51,10 +51,11 @@ _LOCK = threading.Lock()
 class CuteBuild:
     """One specialisation of a CuTe row: what to compile, what to link it with, and how to check the two agree.
 
-    ``compile`` is (or names, as ``module:function``) a function taking (``specialisation``, arch such as "sm_90a", a folder for the
-    DSL's own copies) and returning the cubin and its PTX; it is imported only to build. ``defines`` is (or names) a function taking the
-    specialisation and the kernels' symbols in launch order and returning the launcher's -D macros. ``params`` are the PTX types (``u64``,
-    ``u32``, ``f32``...) every kernel takes, in order.
+    ``compile`` is (or names, as ``module:function``) a function taking (``specialisation``, arch such as
+    "sm_90a", a folder for the DSL's own copies) and returning the cubin and its PTX; it is imported only to
+    build. ``defines`` is (or names) a function taking the specialisation and the kernels' symbols in launch
+    order and returning the launcher's -D macros. ``params`` are the PTX types (``u64``, ``u32``, ``f32``...)
+    every kernel takes, in order.
     """
 
     name: str

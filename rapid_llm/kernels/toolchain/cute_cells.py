@@ -27,8 +27,10 @@ cell's line.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
+import linecache
 import re
 import textwrap
 from pathlib import Path
@@ -39,7 +41,7 @@ import torch
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.toolchain import cute_build
 
-__all__ = ["cute_launcher", "CuteLauncher", "host_source"]
+__all__ = ["cute_launcher", "CuteLauncher", "host_source", "written_source"]
 
 #: torch dtype -> (the DSL's type name, rapid_llm_abi.h's dtype code).
 _DTYPES = {torch.bfloat16: ("BFloat16", 2), torch.float16: ("Float16", 1), torch.float32: ("Float32", 0),
@@ -107,6 +109,39 @@ def _source_of(fn: Callable[..., Any]) -> str:
     return text[match.start():] if match else text
 
 
+def written_source(fn: Callable[..., Any]) -> str:
+    """A function's source as its file or cell holds it, decorators included: the DSL compiles a kernel into a
+    new code object that starts at its ``def``, so ``inspect.getsource`` loses the decorator lines; they are read
+    back from the lines above."""
+    text = textwrap.dedent(inspect.getsource(fn))
+    if text.lstrip().startswith("@"):
+        return text
+    code = inspect.unwrap(fn).__code__  # the DSL's decorator wraps the function it compiles
+    lines = linecache.getlines(code.co_filename)
+    above = code.co_firstlineno - 2
+    decorators = []
+    while 0 <= above < len(lines) and lines[above].strip().startswith("@"):
+        decorators.insert(0, lines[above])
+        above -= 1
+    return textwrap.dedent("".join(decorators) + textwrap.indent(text, " " * _indent(decorators)))
+
+
+def _annotation_names(source: str) -> list[str]:
+    """The first name of each dotted name in a function's parameter and return annotations."""
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, fn.args.vararg, fn.args.kwarg]
+    found = []
+    for node in [a.annotation for a in args if a is not None and a.annotation is not None] + [fn.returns]:
+        for sub in ast.walk(node) if node is not None else ():
+            if isinstance(sub, ast.Name) and sub.id not in found:
+                found.append(sub.id)
+    return found
+
+
+def _indent(lines: Sequence[str]) -> int:
+    return len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+
+
 def _kept(text: str, suffix: str) -> Path:
     """``text`` in a content-named file of the cache (a build reads its sources from files, and hashes them)."""
     folder = platform.cache_dir("cute-sources")
@@ -133,6 +168,7 @@ class CuteLauncher:
         self.constexprs = [constexprs[n] for n in consts]
         self.block = tuple((list(block) if isinstance(block, (list, tuple)) else [block]) + [1, 1])[:3]
         self.align = align
+        self.depends = tuple(depends)
         self.tensor_positions = [i for i, (_, k) in enumerate(p for p in self.params if p[1] != "Constexpr")
                                  if k == "Pointer"]
         source = "\n".join(_source_of(f) for f in (kernel, *depends))
@@ -172,8 +208,31 @@ class CuteLauncher:
         def host(*args):
             kernel(*args, *consts).launch(grid=(1, 1, 1), block=block)
 
-        compiled = cute.compile(host, *fakes, options=f"--gpu-arch {arch} --keep-cubin --keep-ptx --dump-dir {dump_dir}")
+        options = f"--gpu-arch {arch} --keep-cubin --keep-ptx --dump-dir {dump_dir}"
+        compiled = cute.compile(host, *fakes, options=options)
         return compiled.artifacts.CUBIN, compiled.artifacts.PTX
+
+    def __rapid_llm_export__(self, mod: Any, name: str) -> str:
+        """How promote() writes this launcher out (rapid_llm.kernels.registry.opsource): its kernel (and
+        ``depends``) by their source as written, decorators included, then the ``cute_launcher(...)`` call."""
+        kernel, *depends = [self._export_function(mod, f, name) for f in (self.kernel, *self.depends)]
+        make = mod.reference(cute_launcher, "cute_launcher", name)
+        consts = [n for n, k in self.params if k == "Constexpr"]
+        args = [kernel, f"block={self.block!r}", *([f"align={self.align!r}"] if self.align else []),
+                *([f"depends=({', '.join(depends)},)"] if depends else []),
+                *(f"{n}={v!r}" for n, v in zip(consts, self.constexprs))]
+        return f"{make}({', '.join(args)})"
+
+    @staticmethod
+    def _export_function(mod: Any, fn: Callable[..., Any], why: str) -> str:
+        """``fn`` written out, and the names its annotations use (``cutlass.Constexpr``): the DSL reads them, and
+        a function's own code does not name them."""
+        source = written_source(fn)
+        plain = inspect.unwrap(fn)
+        for used in _annotation_names(source):
+            if used in plain.__globals__:
+                mod.reference(plain.__globals__[used], used, why)
+        return mod.function(plain, why, source=source)
 
     def __call__(self, grid: int | Sequence[int], *args: Any) -> None:
         key = tuple(args[i].dtype for i in self.tensor_positions)
@@ -197,10 +256,11 @@ def _defines(spec: Mapping[str, Any], symbols: Sequence[str]) -> dict[str, str]:
     return cute_build.defines_of(values, symbols, ("RL_CUTE_KERNEL",))
 
 
-def cute_launcher(kernel: Callable[..., Any], block: int | Sequence[int], align: int = 16,
+def cute_launcher(kernel: Callable[..., Any], block: int | Sequence[int], align: int | None = None,
                   depends: Sequence[Callable[..., Any]] = (), **constexprs: Any) -> CuteLauncher:
     """``kernel`` (a ``@cute.kernel``) callable as ``launcher(grid, *args)`` through a C launcher; see the module
     docstring. ``block``: threads per CTA; ``align``: the alignment in bytes the kernel may assume of every tensor
-    (checked per call; default: its element size, which every tensor has: give 16 for 128-bit accesses); ``depends``: functions the kernel calls whose source should name the build too; the
-    keywords: the kernel's Constexpr parameters."""
+    (checked per call; default: its element size, which every tensor has: give 16 for 128-bit accesses);
+    ``depends``: functions the kernel calls whose source should name the build too; the keywords: the kernel's
+    Constexpr parameters."""
     return CuteLauncher(kernel, block, align, depends, **constexprs)

@@ -101,13 +101,13 @@ def promote(row: str, *, name: str | None = None, group: str | None = None, repl
     spec = _spec.get_row(row)
     target = spec.target
     _check_declaration(row, spec.op)
-    if spec.backend in ("gluon", "triton"):
+    if spec.backend in ("gluon", "triton", "cute"):
         from rapid_llm.kernels.toolchain.promote_python import promote_python_row
 
         return promote_python_row(spec, name=name, group=group, replace=replace, package=package)
     if spec.backend != "jit" or not isinstance(target, JitRow):
-        raise PromoteError(f"promote({row!r}): only a JIT row built from a .cu source can ship, or a Gluon or "
-                           f"Triton row whose launcher is a notebook function (this is a {spec.backend} row with "
+        raise PromoteError(f"promote({row!r}): only a JIT row built from a .cu source can ship, or a Gluon, "
+                           f"Triton or CuTe row whose launcher is a notebook function (this is a {spec.backend} row with "
                            f"target {target!r})")
     if not spec.golden.verified:
         raise PromoteError(f"promote({row!r}): the row is golden-unverified; run verify({row!r}) until it passes "

@@ -1,4 +1,5 @@
-"""promote() for a notebook's Gluon or Triton row: its launcher and kernels shipped as one module of the op folder.
+"""promote() for a notebook's Gluon, Triton or CuTe DSL row: its launcher and kernels shipped as one module of the
+op folder.
 
 The row's launcher (a function of the notebook) is written out with the kernels, functions, imports and
 constants it uses (rapid_llm.kernels.registry.opsource), as ``ops/<group>/<op>/<name>.py``, with one line at the
@@ -21,13 +22,15 @@ from rapid_llm.kernels.toolchain.promotion import PromoteError, Promotion, decla
 
 __all__ = ["promote_python_row", "RESERVED"]
 
+#: How a shipped module's docstring names its backend's language.
+_LANGUAGES = {"gluon": "Gluon", "triton": "Triton", "cute": "CuTe DSL"}
 #: File names an op folder gives its declaration, floor and reference: a row never takes them.
 RESERVED = ("__init__", "native", "reference")
 
 
 def promote_python_row(spec: KernelSpec, *, name: str | None, group: str | None, replace: bool,
                        package: Path | None) -> Promotion:
-    """Ship ``spec`` (a verified Gluon or Triton row whose target is a notebook function); see promote()."""
+    """Ship ``spec`` (a verified Gluon, Triton or CuTe DSL row whose target is a notebook function); see promote()."""
     row, launcher = spec.name, spec.target
     if not isinstance(launcher, types.FunctionType):
         raise PromoteError(f"promote({row!r}): a {spec.backend} row ships from its launcher, a function defined in "
@@ -72,7 +75,8 @@ def promote_python_row(spec: KernelSpec, *, name: str | None, group: str | None,
         "layouts": list(spec.layouts) if spec.layouts != ("contiguous",) else None,
     }
     fields = {k: v for k, v in fields.items() if v is not None}
-    doc = (f"{shipped}: a {spec.backend.capitalize()} row of {spec.op!r}, promoted from a notebook.\n\nThe first line "
+    language = _LANGUAGES.get(spec.backend, spec.backend)
+    doc = (f"{shipped}: a {language} row of {spec.op!r}, promoted from a notebook.\n\nThe first line "
            "declares the row (rapid_llm.kernels.toolchain.python_rows); an ordinary module from here on.")
     text = python_rows.write_header(row_module_source(spec.op, launcher, doc), fields)
     python_rows.read_header(text.partition("\n")[0], str(dest))  # what the registry reads back must parse

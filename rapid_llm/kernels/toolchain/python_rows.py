@@ -1,6 +1,7 @@
-"""A Python row (Gluon or Triton) shipped as one module of its op folder that declares itself on its first line.
+"""A Python row (Gluon, Triton or CuTe DSL) shipped as one module of its op folder that declares itself on its
+first line.
 
-``promote()`` writes a notebook's Gluon or Triton row as ``ops/<group>/<op>/<name>.py``: the kernel and its
+``promote()`` writes a notebook's Gluon, Triton or CuTe DSL row as ``ops/<group>/<op>/<name>.py``: the kernel and its
 launcher by their source, and a first line ``# rapid_llm row: {...}`` naming the row, its launcher and its
 golden record, as a ``.cu`` row declares itself. The registry reads that line without importing the module
 (the module imports Triton, which costs seconds), so shipping such a row touches no shared file. A module

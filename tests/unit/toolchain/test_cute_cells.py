@@ -1,9 +1,11 @@
 """cute_launcher without a GPU: a cell's @cute.kernel builds for sm_90a with a generated C launcher, loads again
 from the cache without compiling, checks its arguments in C with the op's words, and refuses a kernel it cannot
-launch. Skipped where the CuTe DSL is not installed. tests/gpu/unit/toolchain/test_cute_cells.py runs one.
+launch; a verified cell row is promoted as one module of its op folder. Skipped where the CuTe DSL is not
+installed. tests/gpu/unit/toolchain/test_cute_cells.py runs one.
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import textwrap
 
@@ -75,3 +77,61 @@ def test_a_kernel_it_cannot_launch_is_refused_before_any_build(cell):
         run(1, torch.empty(4), torch.empty(4), 4)
     with pytest.raises(ValueError, match=r"^scale_kernel: no CuTe DSL type for torch.complex64"):
         run(1, torch.empty(4, dtype=torch.complex64), torch.empty(4, dtype=torch.complex64), 4, 1.0)
+
+
+#: The launcher cells of a notebook's CuTe row of scale, below the kernel's cell.
+LAUNCHER = textwrap.dedent("""\
+
+    import torch
+    from rapid_llm.kernels.toolchain.cute_cells import cute_launcher
+
+    run = cute_launcher(scale_kernel, block=256, BLOCK=256)
+
+
+    def scale_nb(input, factor, out=None):
+        out = torch.empty_like(input) if out is None else out
+        if input.numel():
+            run((input.numel() + 255) // 256, input, out, input.numel(), factor)
+        return out
+""")
+
+
+def test_a_verified_cell_row_ships_as_one_module_that_makes_its_kernel_and_launcher_again(tmp_path, monkeypatch):
+    """Built first (the DSL then hands inspect the kernel without its decorator line, which promote writes back)."""
+    from rapid_llm.kernels.registry import spec
+    from rapid_llm.kernels.registry.spec import GoldenRecord, KernelSpec
+    from rapid_llm.kernels.toolchain import cute_build, python_rows
+    from rapid_llm.kernels.toolchain.promote import promote
+
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cute_build, "_LOADED", {})
+    (tmp_path / "scale_cells_nb.py").write_text(SCALE + LAUNCHER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "scale_cells_nb", raising=False)
+    import scale_cells_nb as cells
+
+    x = torch.randn(64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA tensors only"):
+        cells.scale_nb(x, 2.0)  # compiled and built: what a notebook has done before verify
+    package = tmp_path / "pkg"
+    (package / "kernels" / "ops").mkdir(parents=True)
+    with spec.isolated(discover=True):
+        spec.register(KernelSpec(name="cute/scale_nb", op="scale", target=cells.scale_nb, devices=("cuda",),
+                                 available="rapid_llm.kernels.toolchain.cute_support:available", min_sm=90,
+                                 golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="native/scale")))
+        done = promote("cute/scale_nb", package=package)
+    text = done.path.read_text()
+    assert done.path == package / "kernels/ops/elementwise/scale/scale_nb.py"
+    assert python_rows.read_header(text.partition("\n")[0])["name"] == "cute/scale_nb"
+    for line in ("@cute.kernel\ndef scale_kernel(", "def scale_nb(", "import cutlass\n",
+                 "run = cute_launcher(scale_kernel, block=(256, 1, 1), BLOCK=256)",
+                 "from rapid_llm.kernels.toolchain.cute_cells import cute_launcher"):
+        assert line in text, line
+    assert text.index("def scale_nb(") < text.index("run = cute_launcher(")
+    found = importlib.util.spec_from_file_location("shipped_scale_nb", done.path)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)  # the kernel made again, and its launcher: the same source, the same build
+    assert cute_build.load(module.run.build([torch.bfloat16, torch.bfloat16]), "sm_90a")[1]
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "fresh"))  # and the DSL compiles it from the module
+    monkeypatch.setattr(cute_build, "_LOADED", {})
+    assert not cute_build.load(module.run.build([torch.float16, torch.float16]), "sm_90a")[1]
