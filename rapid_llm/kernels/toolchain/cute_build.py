@@ -148,8 +148,9 @@ class CuteBuilder:
             raise
         except Exception as exc:  # the DSL's own diagnostics name the kernel's file and line; keep them whole
             log = _ANSI.sub("", str(exc)).strip()
-            raise BuildError(f"compiling the CuTe kernels of {self.cute.kernel_source.name} for {self.arch} failed:\n"
-                             f"{log}", log=log, source=self.cute.kernel_source) from exc
+            raise BuildError(f"compiling {self.cute.name} (CuTe DSL) for {self.arch} failed; the DSL says, at the "
+                             f"kernel's own file and line (a notebook cell's, for a cell):\n{log}", log=log,
+                             source=self.cute.kernel_source) from exc
         (out_dir / "kernels.ptx").write_text(ptx)
         entries = kernel_entries(ptx)
         wrong = [f"{name} takes ({', '.join(params)})" for name, params in entries if params != self.cute.params]

@@ -6,6 +6,7 @@ installed. tests/gpu/unit/toolchain/test_cute_cells.py runs one.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import textwrap
 
@@ -135,3 +136,27 @@ def test_a_verified_cell_row_ships_as_one_module_that_makes_its_kernel_and_launc
     monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "fresh"))  # and the DSL compiles it from the module
     monkeypatch.setattr(cute_build, "_LOADED", {})
     assert not cute_build.load(module.run.build([torch.float16, torch.float16]), "sm_90a")[1]
+
+
+def test_a_cell_kernel_that_does_not_compile_names_the_cells_line(tmp_path, monkeypatch):
+    """In IPython the DSL reads the kernel from the cell, so its diagnostic names the cell and the line there."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from rapid_llm.kernels.toolchain.cache import BuildError
+
+    monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
+    shell = InteractiveShell.instance()
+    before = set(shell.user_ns)
+    cells = ["import torch\nimport cutlass.cute as cute\nfrom cutlass import Float32, Int64\n"
+             "from rapid_llm.kernels.toolchain.cute_cells import cute_launcher",
+             "@cute.kernel\ndef bad_kernel(x: cute.Pointer, n: Int64):\n    tidx, _, _ = cute.arch.thread_idx()\n"
+             "    if tidx < n:\n        j = tidx\n    cute.make_tensor(x, cute.make_layout(n))[j] = Float32(0.0)",
+             "cute_launcher(bad_kernel, block=32)(1, torch.empty(8), 8)"]
+    try:
+        results = [shell.run_cell(cell) for cell in cells]
+    finally:
+        for name in set(shell.user_ns) - before:
+            del shell.user_ns[name]
+    assert [r.error_in_exec is None for r in results] == [True, True, False]
+    error = results[-1].error_in_exec
+    assert isinstance(error, BuildError) and re.search(r"--> <ipython-input-\d+-\w+>:6\n", str(error)), str(error)
