@@ -126,27 +126,27 @@ def chromium(browser_requirements: None) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def lab_app(chromium: Any, lab_server: LabServer) -> Iterator[Any]:
-    """One page with JupyterLab loaded once, for the notebooks opened as committed: each is opened in it through
-    the app's commands (lab_page.open_alone), as a reader opens one after another."""
+    """One page with JupyterLab loaded once: each notebook is opened in it through the app's commands
+    (lab_page.open_alone), as a reader opens one after another."""
     context = chromium.new_context(viewport=VIEWPORT)
     try:
         page = context.new_page()
         from tests.e2e.browser import lab_page  # needs playwright: imported once the requirements are met
 
-        lab_page.load_lab(page, lab_server.url("/lab/workspaces/committed?reset"))
+        lab_page.load_lab(page, lab_server.url("/lab/workspaces/browser-test?reset"))
         yield page
     finally:
         context.close()
 
 
-
-
 @pytest.fixture
-def page(chromium: Any, lab_server: LabServer) -> Iterator[Any]:
-    """A fresh browser context per notebook; its kernel is shut down afterwards."""
-    context = chromium.new_context(viewport=VIEWPORT)
+def page(lab_app: Any, lab_server: LabServer) -> Iterator[Any]:
+    """The loaded JupyterLab for one notebook; afterwards its documents are closed and every kernel shut down, so
+    one notebook's kernel does not hold memory during the next."""
+    from tests.e2e.browser import lab_page
+
     try:
-        yield context.new_page()
+        yield lab_app
     finally:
-        context.close()
+        lab_page.close_all(lab_app)
         lab_server.shutdown_kernels()

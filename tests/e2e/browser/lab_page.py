@@ -85,27 +85,22 @@ class CellView:
         return int(inside) if inside.isdigit() else None
 
 
-def open_notebook(page: Page, url: str, timeout_s: float = 90) -> None:
-    """Open a notebook URL and wait until its cells are shown and its kernel is idle."""
-    page.goto(url, timeout=timeout_s * 1000)
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
-    page.wait_for_function(_KERNEL_IDLE_JS, timeout=timeout_s * 1000)
-
-
 #: True once JupyterLab has loaded and restored its layout (window.jupyterapp: the server exposes it).
 _LAB_RESTORED_JS = "() => !!window.jupyterapp && !!window.jupyterapp.shell && window.jupyterapp.started !== undefined"
 
-#: Close every open document without saving (the test's notebooks are scratch copies; a notebook whose kernel
-#: connected counts as changed, and closing it would ask), then open the one at ``path`` as a notebook, connected
-#: to the running kernel ``id``.
-_OPEN_ALONE_JS = """async ([path, id]) => {
+#: Close every open document without saving: the test's notebooks are scratch copies (a notebook whose kernel
+#: connected counts as changed, and closing it would ask).
+_CLOSE_ALL_JS = """async () => {
   const app = window.jupyterapp;
   await app.restored;
   for (const widget of [...app.shell.widgets('main')]) {
     if (widget.context) widget.context.model.dirty = false;
     widget.dispose();
   }
-  await app.commands.execute('docmanager:open', {path, factory: 'Notebook', kernel: {id}});
+}"""
+#: Open the notebook at ``path`` with the kernel asked for ({id} of a running one, or {name} of a new one).
+_OPEN_JS = """async ([path, kernel]) => {
+  await window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook', kernel});
 }"""
 
 
@@ -116,14 +111,26 @@ def load_lab(page: Page, url: str, timeout_s: float = 90) -> None:
     page.evaluate("() => window.jupyterapp.restored.then(() => true)")
 
 
-def open_alone(page: Page, path: str, cell_count: int, kernel_id: str, timeout_s: float = 90) -> None:
+def close_all(page: Page) -> None:
+    """Close every document open in the loaded JupyterLab, unsaved."""
+    page.evaluate(_CLOSE_ALL_JS)
+
+
+def open_alone(page: Page, path: str, cell_count: int, kernel: dict[str, str], timeout_s: float = 90) -> None:
     """Open the notebook at ``path`` (relative to the server's root) in the loaded JupyterLab, the only document
-    open, connected to the running kernel ``kernel_id``, and wait until its ``cell_count`` cells are shown. The
-    widgets rendered from the notebook's saved state come once the kernel is connected (ipywidgets restores them
-    then): the caller waits for those it expects."""
-    page.evaluate(_OPEN_ALONE_JS, [path, kernel_id])
+    open, with ``kernel`` (``{"id": ...}``: connected to that running kernel; ``{"name": ...}``: a new kernel of that
+    kernelspec, as a reader's), and wait until its ``cell_count`` cells are shown. The widgets rendered from the
+    notebook's saved state come once a kernel is connected (ipywidgets restores them then): the caller waits for
+    those it expects."""
+    close_all(page)
+    page.evaluate(_OPEN_JS, [path, kernel])
     page.wait_for_function("(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
                            arg=cell_count, timeout=timeout_s * 1000)
+
+
+def wait_for_kernel_idle(page: Page, timeout_s: float = 90) -> None:
+    """Wait until the open notebook's kernel is connected and idle."""
+    page.wait_for_function(_KERNEL_IDLE_JS, timeout=timeout_s * 1000)
 
 
 def run_all_cells(page: Page) -> None:

@@ -20,7 +20,7 @@ does not ignore, so this test does not run all ten again. It covers what only a 
   widget state, or with a widget that no longer renders, breaks. They open one after another in one loaded
   JupyterLab, each connected to the one running kernel (ipywidgets renders saved widgets only once a kernel is
   connected; which kernel does not matter to a render): about 1.5 s a notebook, against about 7 s with a page
-  load and a kernel start each.
+  load and a kernel start each. (The notebooks run with Run All open in the same page, each with a new kernel.)
 
 That is enough because the rest is checked elsewhere: nbval runs every cell of these notebooks on this machine;
 the widgets' Python side (tests/unit/notebook/test_widgets.py, test_compare_view.py, test_progress.py) and the
@@ -291,11 +291,6 @@ def save_screenshot(page: Any, stem: str, first_widget: int | None) -> Path:
 # ---------------------------------------------------------------------- test
 
 
-def _open(page: Any, lab_server: Any, notebook: Path) -> None:
-    workspace = f"/lab/workspaces/{notebook.stem}/tree/{RUN_DIR.name}/{notebook.name}?reset"
-    lab_page.open_notebook(page, lab_server.url(workspace))
-
-
 def _screenshot(page: Any, notebook: Path, expected: dict[int, bool]) -> None:
     if os.environ.get("RAPID_LLM_SCREENSHOTS") == "1":
         shot = save_screenshot(page, notebook.stem, min(expected, default=None))
@@ -303,10 +298,12 @@ def _screenshot(page: Any, notebook: Path, expected: dict[int, bool]) -> None:
 
 
 @pytest.mark.parametrize("notebook", run_all(), ids=[nb.stem for nb in run_all()])
-def test_notebook_runs_in_jupyterlab(notebook: Path, page: Any, lab_server: Any) -> None:
+def test_notebook_runs_in_jupyterlab(notebook: Path, page: Any) -> None:
     nb = json.loads(notebook.read_text())
     tally = Tally()
-    _open(page, lab_server, notebook)
+    kernel = {"name": nb["metadata"]["kernelspec"]["name"]}  # a new kernel of its own, as a reader's
+    lab_page.open_alone(page, f"{RUN_DIR.name}/{notebook.name}", len(nb["cells"]), kernel)
+    lab_page.wait_for_kernel_idle(page)
     started = time.perf_counter()
     lab_page.run_all_cells(page)
     try:
@@ -362,7 +359,7 @@ def test_committed_notebook_renders_in_jupyterlab(notebook: Path, lab_app: Any, 
     nb = json.loads(notebook.read_text())
     tally = Tally()
     page = lab_app
-    lab_page.open_alone(page, f"{RUN_DIR.name}/{notebook.name}", len(nb["cells"]), lab_server.a_kernel())
+    lab_page.open_alone(page, f"{RUN_DIR.name}/{notebook.name}", len(nb["cells"]), {"id": lab_server.a_kernel()})
     expected = saved_widget_cells(nb)
     comparing = compare_cells(nb)
     lab_page.wait_for_widget_views(page, sorted(set(expected) | set(comparing)))
