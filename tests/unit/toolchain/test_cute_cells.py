@@ -140,8 +140,7 @@ def test_a_verified_cell_row_ships_as_one_module_that_makes_its_kernel_and_launc
 
 def test_a_cell_kernel_that_does_not_compile_names_the_cells_line(tmp_path, monkeypatch):
     """In IPython the DSL reads the kernel from the cell, so its diagnostic names the cell and the line there."""
-    from IPython.core.interactiveshell import InteractiveShell
-
+    InteractiveShell = pytest.importorskip("IPython.core.interactiveshell").InteractiveShell
     from rapid_llm.kernels.toolchain.cache import BuildError
 
     monkeypatch.setenv("RAPID_LLM_CACHE_DIR", str(tmp_path / "cache"))
