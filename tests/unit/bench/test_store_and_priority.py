@@ -506,3 +506,26 @@ def test_committed_figures_name_the_code_they_measured():
         for key, entry in measurements.load_file(path)["entries"].items():
             assert len(entry.get(measurements.DIGEST_FIELD, "")) == 64, f"{path}: {key} names no source digest"
             assert code_digest(spec.get_row(entry["row"])) is not None, key
+
+
+def test_a_python_row_s_digest_covers_the_files_its_module_names(tmp_path, monkeypatch):
+    """A CuTe row's kernel and launcher are files of their own, named in the module's CODE_FILES: an edit to
+    either is an edit of the row (its old figures stop ranking it); a module naming none keeps its one-file digest."""
+    from rapid_llm.kernels.toolchain.digests import code_digest, code_files
+
+    (tmp_path / "kernel_part.py").write_text("# kernel v1\n")
+    (tmp_path / "launcher_part.cpp").write_text("// launcher v1\n")
+    (tmp_path / "named_row_module.py").write_text('CODE_FILES = ("kernel_part.py", "launcher_part.cpp")\n'
+                                                  "def fast(x, factor, out=None):\n    return x * factor\n")
+    (tmp_path / "plain_row_module.py").write_text("def fast(x, factor, out=None):\n    return x * factor\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    named = KernelSpec(name="cute/named", op="named", backend="cute", target="named_row_module:fast", devices=("cpu",))
+    plain = KernelSpec(name="triton/plain", op="plain", backend="triton", target="plain_row_module:fast",
+                       devices=("cpu",))
+    assert [p.name for p in code_files(named)] == ["named_row_module.py", "kernel_part.py", "launcher_part.cpp"]
+    assert [p.name for p in code_files(plain)] == ["plain_row_module.py"]
+    before = code_digest(named)
+    for part in ("kernel_part.py", "launcher_part.cpp"):
+        (tmp_path / part).write_text((tmp_path / part).read_text() + "// edited\n")
+        assert code_digest(named) != before, part
+        before = code_digest(named)

@@ -20,6 +20,8 @@ from rapid_llm.kernels.ops.token_inputs import BENCH_HIDDEN
 from rapid_llm.kernels.toolchain import cute_build
 
 _HERE = Path(__file__).resolve().parent
+#: The row's other code, beside this module: its figures' digest covers them (rapid_llm.kernels.toolchain.digests).
+CODE_FILES = ("cute_kernel.py", "rms_norm_cute.cpp")
 _NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _TYPES = {"bf16": "rl::bf16", "fp16": "rl::fp16", "fp32": "rl::fp32"}
 #: The PTX types of the kernels' parameters (cute_kernel.PARAMS, kept here so a build's key needs no DSL import).
