@@ -20,6 +20,22 @@ def cuda_randn(*shape, dtype=torch.bfloat16, seed=0):
     return torch.randn(shape, generator=gen).to(dtype=dtype, device="cuda")
 
 
+def assert_graph_replay_matches_the_oracle(rms, label: str) -> None:
+    """``rms`` (an rms_norm row's call) captured into a CUDA graph, replayed on new input: the oracle's answer."""
+    x, w = cuda_randn(64, 4096), cuda_randn(4096)
+    out = torch.empty_like(x)
+    rms(x, w, 1e-6, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        rms(x, w, 1e-6, out=out)
+    x.copy_(cuda_randn(64, 4096, seed=4))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close_to_ref(out, oracle("rms_norm")(x.cpu().double(), w.cpu().double()), f"replayed {label}",
+                        ulps=ULPS[torch.bfloat16])
+
+
 @pytest.fixture(scope="module")
 def rows():
     from rapid_llm.kernels.toolchain import jit
@@ -189,18 +205,7 @@ def test_gluon_row_passes_verify(gluon_rms):
 
 
 def test_gluon_row_graph_capture_replays(gluon_rms):
-    x, w = cuda_randn(64, 4096), cuda_randn(4096)
-    out = torch.empty_like(x)
-    gluon_rms(x, w, 1e-6, out=out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gluon_rms(x, w, 1e-6, out=out)
-    x.copy_(cuda_randn(64, 4096, seed=4))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_close_to_ref(out, oracle("rms_norm")(x.cpu().double(), w.cpu().double()), "replayed gluon rms_norm",
-                        ulps=ULPS[torch.bfloat16])
+    assert_graph_replay_matches_the_oracle(gluon_rms, "gluon rms_norm")
 
 
 def test_gluon_row_inspects_with_registers_and_its_layout_in_the_ir(gluon_rms):

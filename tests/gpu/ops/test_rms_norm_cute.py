@@ -16,17 +16,13 @@ import pytest
 import torch
 
 from rapid_llm.kernels.registry import spec
+from tests.gpu.ops.test_rms_norm import assert_graph_replay_matches_the_oracle, cuda_randn
 from tests.ops.test_rms_norm import ULPS
 from tests.reference import assert_close_to_ref, oracle
 
 pytestmark = pytest.mark.gpu
 
 CUTE = "cute/rms_norm"
-
-
-def cuda_randn(*shape, dtype=torch.bfloat16, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=gen).to(dtype=dtype, device="cuda")
 
 
 @pytest.fixture(scope="module")
@@ -85,18 +81,7 @@ def test_cute_row_passes_verify(cute_rms):
 
 
 def test_cute_row_graph_capture_replays(cute_rms):
-    x, w = cuda_randn(64, 4096), cuda_randn(4096)
-    out = torch.empty_like(x)
-    cute_rms(x, w, 1e-6, out=out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        cute_rms(x, w, 1e-6, out=out)
-    x.copy_(cuda_randn(64, 4096, seed=4))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_close_to_ref(out, oracle("rms_norm")(x.cpu().double(), w.cpu().double()), "replayed cute rms_norm",
-                        ulps=ULPS[torch.bfloat16])
+    assert_graph_replay_matches_the_oracle(cute_rms, "cute rms_norm")
 
 
 _RELOAD = textwrap.dedent("""
