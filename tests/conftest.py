@@ -103,8 +103,23 @@ def call_impl(request, monkeypatch):
         monkeypatch.setattr(dispatch, "portable_reason", "chosen by the test")
     elif dispatch._fast_op_type() is None:
         pytest.skip(f"the compiled dispatcher does not build here: {dispatch.portable_reason}")
+    from rapid_llm.kernels.dispatch import custom_ops
+
     monkeypatch.setattr(dispatch, "_ops", {})
-    return request.param
+    # The custom ops and rapid_llm.kernels each keep the op objects they were handed: one kept during the test
+    # would be an op of this test's table, which no registry change reaches after it (a later test then read the
+    # old declaration's answer through K.<op> or torch.ops.rapid_llm.<op>).
+    monkeypatch.setattr(custom_ops, "_live_ops", {})
+    import rapid_llm.kernels as K
+    from rapid_llm.kernels.registry import spec
+
+    cached_before = {name for name in spec.all_ops() if name in vars(K)}
+    for name in cached_before:
+        monkeypatch.delattr(K, name)  # put back when the test ends
+    yield request.param
+    for name in spec.all_ops():
+        if name not in cached_before:
+            vars(K).pop(name, None)
 
 
 #: The user properties whose value is a line for the run's summary.
