@@ -61,9 +61,12 @@ def check(version: str | None, root: Path | None, cutlass_origin: str | None) ->
     need = f"{MIN_VERSION[0]}.{MIN_VERSION[1]}"
     if root is None:
         return Availability(False, f"the CuTe DSL ({DISTRIBUTION}) is not installed: {INSTALL_HINT}")
+    if version is None:  # a package folder no installed distribution owns: what pip uninstall leaves behind
+        return Availability(False, f"the CuTe DSL ({DISTRIBUTION}) is not installed: {root} is a folder without "
+                                   f"its distribution's metadata (left by an uninstall?): {INSTALL_HINT}")
     parsed = parse_version(version)
     if parsed is None or parsed < MIN_VERSION:
-        this = "of an unknown version" if parsed is None else version
+        this = f"of an unknown version ({version})" if parsed is None else version
         return Availability(False, f"{DISTRIBUTION} {this} is older than the {need} the CuTe rows are written for: "
                                    f"{INSTALL_HINT}")
     if not any((root / f"cu{major}" / "lib").is_dir() for major in (13, 12)):

@@ -27,6 +27,8 @@ def fake_dsl(root: Path, libs: bool = True) -> Path:
 
 @pytest.mark.parametrize("version, libs, origin, reason", [
     (None, True, None, r"^the CuTe DSL \(nvidia-cutlass-dsl\) is not installed: pip install"),
+    ("leftover", True, None, r"^the CuTe DSL \(nvidia-cutlass-dsl\) is not installed: .*nvidia_cutlass_dsl is a folder "
+                             r"without its distribution's metadata \(left by an uninstall\?\): pip install"),
     ("4.3.5", True, "ours", r"^nvidia-cutlass-dsl 4\.3\.5 is older than the 4\.8 the CuTe rows are written for"),
     ("4.8.1", False, "ours", r"lacks its CUDA libraries wheel \(the compiler\): pip install "
                              r"nvidia-cutlass-dsl-libs-cu13==4\.8\.1$"),
@@ -38,7 +40,7 @@ def test_the_probe_says_why_a_cute_row_cannot_run(tmp_path, version, libs, origi
     root = fake_dsl(tmp_path / "nvidia_cutlass_dsl", libs)
     where = {"ours": str(root / "dsl_packages" / "cutlass" / "__init__.py"), "elsewhere": "/other/cutlass/__init__.py",
              None: None}[origin]
-    answer = cute_support.check(version, root if version else None, where)
+    answer = cute_support.check(None if version == "leftover" else version, root if version else None, where)
     assert not answer and re.search(reason, answer.reason), answer.reason
 
 
