@@ -65,7 +65,9 @@ template <> struct Bits<__nv_bfloat16> {
   __device__ static float value(unsigned b) { return __uint_as_float(b << 16); }  // the upper half of its fp32
 };
 
-__device__ __forceinline__ unsigned word(const uint4& r, int i) { return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w; }
+__device__ __forceinline__ unsigned word(const uint4& r, int i) {
+  return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
 
 __device__ __forceinline__ uint32_t mix(uint32_t h) {
   h ^= h >> 16;
@@ -262,7 +264,9 @@ __device__ __forceinline__ long long block_scan(long long v, long long* scratch,
 __device__ __forceinline__ int level_shift(int level) { return level == 0 ? 21 : level == 1 ? 10 : 0; }
 __device__ __forceinline__ int level_bins(int level) { return level == 2 ? 1024 : 2048; }
 
-// Histogram by digit of the keys >= lowest that match `prefix` on `mask` (counts; masses if with_mass).
+// Histogram by digit of the keys >= lowest that match `prefix` on `mask` (counts; masses if with_mass). Key 0
+// (every token below 2^-32 of the largest: most of an LLM's vocabulary) is digit 0 at every level and weighs
+// nothing, so it is counted in registers and added once a warp, not with an atomic a token on one bin.
 template <typename T>
 __device__ __forceinline__ void histogram(const Row<T>& r, Shared& s, int level, uint32_t prefix, uint32_t mask,
                                           uint32_t lowest, bool with_mass) {
@@ -277,14 +281,20 @@ __device__ __forceinline__ void histogram(const Row<T>& r, Shared& s, int level,
   __syncthreads();
   const int shift = level_shift(level);
   const uint32_t digits = static_cast<uint32_t>(level_bins(level) - 1);
+  long long zeros = 0;
   for_each(r, [&](int, float v) {
     const uint32_t key = r.key(v);
-    if (key >= lowest && (key & mask) == prefix) {
+    if (key == 0) {
+      ++zeros;
+    } else if (key >= lowest && (key & mask) == prefix) {
       const uint32_t d = (key >> shift) & digits;
       atomicAdd(&s.cnt[d], 1u);
       if (with_mass) atomicAdd(&s.mass[d], static_cast<unsigned long long>(weight_of(key)));
     }
   });
+  zeros = warp_sum(zeros);
+  if (threadIdx.x % 32 == 0 && zeros > 0 && lowest == 0 && prefix == 0)  // key 0 is in the range
+    atomicAdd(&s.cnt[0], static_cast<unsigned>(zeros));
   __syncthreads();
 }
 
@@ -518,7 +528,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     long long n = group;
     const long long w_f = weight_of(tau_f);
     if (big > 0.0 && w_f > 0) {  // how many r >= 0 have above_f + r w_f < big: near c0 = (big - above_f) / w_f
-      const long long c0 = static_cast<long long>(floor((big - static_cast<double>(above_f)) / static_cast<double>(w_f)));
+      const double q = (big - static_cast<double>(above_f)) / static_cast<double>(w_f);
+      const long long c0 = static_cast<long long>(floor(q));
       n = c0 - 2;
       for (int d = -2; d < 2; ++d) n += static_cast<double>(above_f + (c0 + d) * w_f) < big;
     }
