@@ -8,9 +8,10 @@ allocated (or the caller's out), k as int64 and every optional tensor contiguous
 and the launcher ``top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature, seed_offset, from_logits)``,
 built on first use.
 
-Verified on an H100 (the sampling mode: every draw the float64 oracle's token for its random number, no case
-failing the chi-square); CPU CI compiles it
-for the oldest supported arch and the GPU suite for every one (tests/unit/toolchain/test_cu_compile.py).
+Golden unverified: the kernel (radix selects on shared histograms, about eight passes over a row) has compiled
+for every supported arch without a spill (tests/ops/test_top_k_top_p_sampling.py, tests/unit/toolchain/
+test_cu_compile.py) but not run on a GPU, so dispatch does not use it until ``verify("jit/top_k_top_p_sampling")``
+passes on one.
 """
 from __future__ import annotations
 
