@@ -260,11 +260,11 @@ def test_fullgraph_compile_of_a_sampling_step_has_no_graph_break():
 CU = Path(native.__file__).with_name("top_k_top_p_sampling.cu")
 
 
-def test_the_cuda_row_is_declared_unverified_and_says_so_on_its_first_line():
+def test_the_cuda_row_is_declared_verified_and_says_so_on_its_first_line():
     row_spec = spec.get_row("jit/top_k_top_p_sampling")
-    assert row_spec.golden.verified is False and row_spec.devices == ("cuda",)
+    assert row_spec.golden.verified is True and row_spec.devices == ("cuda",)
     first = CU.read_text().splitlines()[0]
-    assert "jit/top_k_top_p_sampling" in first and "golden-unverified" in first
+    assert "jit/top_k_top_p_sampling" in first and "verified on an H100" in first
     assert CU.read_text().isascii()
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"^top_k_top_p_sampling: the CUDA row runs on cuda tensors, got cpu$"):
