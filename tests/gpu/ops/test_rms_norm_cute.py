@@ -59,7 +59,8 @@ def test_cute_row_refuses_bad_inputs_as_the_other_rows_do(cute_rms):
     x = cuda_randn(4, 64)
     with pytest.raises(ValueError, match=r"^rms_norm: weight must be \[64\]"):
         cute_rms(x, cuda_randn(63), 1e-6)
-    with pytest.raises(ValueError, match=r"^rms_norm: the CuTe DSL row runs on cuda tensors"):
+    cpu = r"^rms_norm: CUDA tensors only, got \[4, 64\] bf16 on cpu$"
+    with pytest.raises(ValueError, match=cpu):
         cute_rms(x.cpu(), cuda_randn(64).cpu(), 1e-6)
     with pytest.raises(ValueError, match=r"^rms_norm: x must be bf16, fp16"):  # the floor's words, checked first
         cute_rms(x.double(), cuda_randn(64).double(), 1e-6)
@@ -67,6 +68,8 @@ def test_cute_row_refuses_bad_inputs_as_the_other_rows_do(cute_rms):
     cute_rms(x, cuda_randn(64), 1e-6)  # a built (dtype, hidden): the C launcher checks, with the same words
     with pytest.raises(ValueError, match=r"^rms_norm: weight must be \[64\]"):
         cute_rms(x, cuda_randn(63), 1e-6)
+    with pytest.raises(ValueError, match=cpu):
+        cute_rms(x.cpu(), cuda_randn(64).cpu(), 1e-6)
     torch.cuda.synchronize()
 
 

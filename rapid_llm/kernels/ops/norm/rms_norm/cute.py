@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from rapid_llm.kernels.ops import arguments
+from rapid_llm.kernels import platform
 from rapid_llm.kernels.ops.norm.rms_norm.native import check
 from rapid_llm.kernels.ops.token_inputs import BENCH_HIDDEN
 from rapid_llm.kernels.toolchain import cute_build
@@ -95,7 +95,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tenso
         fn = None
     if fn is None:
         check(x, weight, eps, out)
-        arguments.runs_on("rms_norm", "CuTe DSL", ("cuda",), x)
+        for t in (x if out is None else out, x, weight):  # the C launcher's check, in its words and order
+            if t.device.type != "cuda":
+                raise ValueError(f"rms_norm: CUDA tensors only, got {platform.describe(t)}")
         if x.dtype not in _NAMES:  # the Triton row's words (importing it would import Triton)
             raise ValueError(f"rms_norm: x must be bf16, fp16 or fp32, got {x.dtype}")
         if x.numel() == 0:  # nothing to launch, and no kernel of hidden size 0 to build
