@@ -51,8 +51,54 @@ def pytest_configure(config: pytest.Config) -> None:
 collect_ignore = [] if HAS_CUDA else ["gpu"]
 
 
+#: The GPU suite's longest tests (seconds each on an H100 at -n 15, from --durations), longest first. Work stealing
+#: deals each worker a contiguous share of the collection, and a worker runs its share in order: one of these at
+#: the end of a share starts late and ends the run alone (the suite took 301.6 s there, 205 s of test time a worker).
+#: So each goes to the head of a share of its own (spread_longest). A test that is gone is passed over.
+GPU_LONGEST_FIRST = (
+    "tests/gpu/unit/verification/test_defect_kernels.py::test_race_is_seen_by_racecheck",  # 86 s
+    "tests/gpu/unit/notebook/test_magic_end_to_end.py::test_seed_cell_builds_through_torch_and_survives_a_kill",  # 84
+    "tests/benchmarks/test_bench_scripts.py::test_strided_script_times_each_row_and_the_layout_alone",  # 83 s
+    "tests/gpu/unit/notebook/test_new_op.py::test_a_new_op_declared_in_a_kernel_ships_whole_and_a_new_process_"
+    "dispatches_it",  # 78 s
+    "tests/gpu/unit/verification/test_defect_kernels.py::test_uninitialised_shared_read_is_seen",  # 58 s
+    "tests/gpu/contract/test_cheats.py::test_no_cheat_verdict_on_the_shipped_rows[2-cuda-scaled_fp8_quant]",  # 47 s
+    "tests/gpu/ops/test_rms_norm.py::test_gluon_row_inspects_with_registers_and_its_layout_in_the_ir",  # 45 s
+    "tests/gpu/unit/bench/test_tune.py::test_tune_a_cuda_row_pins_a_verified_winner",  # 45 s
+    "tests/gpu/ops/test_moe_topk_gate.py::test_every_row_passes_the_routing_mode_on_cuda[triton/moe_topk_gate]",  # 44
+    "tests/gpu/ops/test_top_k_top_p_sampling.py::test_every_row_passes_the_sampling_mode_on_cuda"
+    "[triton/top_k_top_p_sampling]",  # 43 s
+)
+
+
+def share_starts(n_items: int, n_workers: int) -> list[int]:
+    """Where each worker's first share begins: xdist's work stealing sends node i len(pending) // (nodes - i) of
+    what is left, in collection order."""
+    starts, at = [], 0
+    for i in range(n_workers):
+        starts.append(at)
+        at += (n_items - at) // (n_workers - i)
+    return starts
+
+
+def spread_longest(items: list, longest: tuple[str, ...], n_workers: int, nodeid=lambda item: item.nodeid) -> list:
+    """``items`` with the ``longest`` (in that order, those present) moved to the heads of the first shares, one a
+    share; more of them than workers go second in a share. Every worker collects the same list, so every worker
+    computes the same order (xdist refuses to run collections that differ)."""
+    rank = {name: i for i, name in enumerate(longest)}
+    firsts = sorted((item for item in items if nodeid(item) in rank), key=lambda item: rank[nodeid(item)])
+    starts = share_starts(len(items), n_workers)
+    placed = {starts[j % n_workers] + j // n_workers: item for j, item in enumerate(firsts)}
+    if len(placed) < len(firsts) or len(items) < 2 * n_workers:  # shares too small to hold them: keep the order
+        return list(items)
+    rest = iter(item for item in items if nodeid(item) not in rank)
+    return [placed[at] if at in placed else next(rest) for at in range(len(items))]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_CUDA:
+        if _WORKERS > 1 and hasattr(config, "workerinput") and not _dist_given(config):
+            items[:] = spread_longest(items, GPU_LONGEST_FIRST, _WORKERS)
         return
     skip = pytest.mark.skip(reason=NO_CUDA_REASON)
     for item in items:

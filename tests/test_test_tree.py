@@ -94,3 +94,35 @@ def test_a_module_is_marked_gpu_by_its_own_pytestmark_alone_or_in_a_list():
     assert _module_marks_gpu("pytestmark = [pytest.mark.gpu, needs_toolchain]\n")
     assert not _module_marks_gpu("pytestmark = pytest.mark.browser\n")
     assert not _module_marks_gpu("def helper():\n    pytestmark = pytest.mark.gpu\n")
+
+
+# ---- the GPU suite's schedule (tests/conftest.py: spread_longest)
+
+def test_each_of_the_gpu_suites_longest_tests_names_a_test_that_exists():
+    """A renamed or deleted test would drop out of the schedule without a word: each name must still be a test
+    function in its file."""
+    from tests.conftest import GPU_LONGEST_FIRST
+
+    for nodeid in GPU_LONGEST_FIRST:
+        path, name = nodeid.split("::")
+        tree = ast.parse((TESTS.parent / path).read_text())
+        functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert name.split("[")[0] in functions, nodeid
+
+
+@pytest.mark.parametrize("n_items, workers", [(3415, 15), (100, 4), (31, 15), (5, 15), (40, 1)])
+def test_the_longest_tests_start_each_workers_share_and_nothing_else_moves_out_of_order(n_items, workers):
+    from tests.conftest import share_starts, spread_longest
+
+    items = [f"t{i}" for i in range(n_items)]
+    longest = tuple(items[-1:-13:-1]) + ("gone",)  # the last dozen, longest first, and one no longer collected
+    out = spread_longest(items, longest, workers, nodeid=str)
+    assert sorted(out) == sorted(items)
+    if n_items < 2 * workers:
+        assert out == items
+        return
+    starts = share_starts(n_items, workers)
+    heads = [out[at + depth] for depth in range(-(-12 // workers)) for at in starts][:12]
+    assert heads == list(longest[:12])
+    rest = [t for t in out if t not in longest]
+    assert rest == [t for t in items if t not in longest]
