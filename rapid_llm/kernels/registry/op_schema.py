@@ -219,9 +219,30 @@ def _returns(result: Any, inputs: Sequence[Any]) -> str:
         f"({', '.join('Tensor' for _ in outs)})"
 
 
+#: Schemas derived in this process, by everything a derivation reads. Each registry made afresh (spec.isolated: every
+#: test gets one) registers every shipped op again, and deriving ran its native row on the example each time:
+#: rotary_embedding's builds a float64 cos/sin cache of 4096 positions, 40 ms a test on CI's CPU.
+_derived: dict[tuple, OpSchema] = {}
+
+
 def derive(name: str, native: Callable[..., Any], make_inputs: Callable[..., tuple], *,
            dtypes: Sequence[str], devices: Sequence[str], dispatch_arg: int = 0) -> OpSchema:
-    """The schema of op ``name``, from one call of its native row on the reference's example arguments."""
+    """The schema of op ``name``, from one call of its native row on the reference's example arguments (once per
+    native function and example in a process; a failure is not remembered)."""
+    key = (name, native, make_inputs, tuple(dtypes), tuple(devices), dispatch_arg, torch.cuda.is_available())
+    try:
+        return _derived[key]
+    except KeyError:
+        pass
+    except TypeError:  # a callable that cannot be a key: derived every time
+        return _derive(name, native, make_inputs, dtypes=dtypes, devices=devices, dispatch_arg=dispatch_arg)
+    schema = _derived[key] = _derive(name, native, make_inputs, dtypes=dtypes, devices=devices,
+                                     dispatch_arg=dispatch_arg)
+    return schema
+
+
+def _derive(name: str, native: Callable[..., Any], make_inputs: Callable[..., tuple], *,
+            dtypes: Sequence[str], devices: Sequence[str], dispatch_arg: int = 0) -> OpSchema:
     params, has_out = _parameters(native)
     dtype = platform.torch_dtype("fp32" if "fp32" in dtypes else dtypes[0])
     device = _example_device(devices)

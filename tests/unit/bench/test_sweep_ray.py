@@ -16,9 +16,15 @@ QUICK = dict(tokens=(1,), dtypes=("fp32",), warmup=1, repeats=5)
 OPS = ["rms_norm", "silu_and_mul"]
 
 
+#: Ray starts idle workers ahead of demand (one per CPU, and one for the first driver), each a Python process that
+#: imports Ray: about 2 s of CPU apiece on CI's two cores, for workers this test never uses (its one actor gets a
+#: process of its own when it is created).
+NO_PRESTART = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
+
+
 @pytest.fixture
 def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=NO_PRESTART)
     yield
     ray.shutdown()
 
