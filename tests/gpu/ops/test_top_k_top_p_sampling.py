@@ -7,6 +7,9 @@ and a pass here is what lets it be recorded verified.
 """
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -166,3 +169,26 @@ def test_the_cuda_row_draws_the_floors_ids_from_logits_on_edge_rows(vocab):
     assert torch.equal(got[exact.to(CUDA)], want[exact.to(CUDA)])
     same = (got == want).double().mean()
     assert same >= 0.97, same
+
+
+# ------------------------------------------------------------------ the CUDA kernel's build for an H100
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
+                    reason="compiling the CUDA row needs g++ and the CUDA toolkit (nvcc)")
+def test_the_cuda_kernel_compiles_for_sm90_without_spills(tmp_path):
+    """ptxas's report for an H100: every dtype's kernel keeps its state in registers (a spill inside a pass over
+    the row would cost a local-memory round trip per token) and fits a block of 512 threads on one SM. Here, not
+    in CPU CI: the kernel takes about 12 s of nvcc an arch, and CPU CI compiles it for the oldest arch already
+    (tests/unit/toolchain/test_cu_compile.py)."""
+    from rapid_llm.kernels.toolchain.buildfacts import parse_ptxas
+    from rapid_llm.kernels.toolchain.fastpath import builder
+
+    cu = Path(R.__file__).with_name("top_k_top_p_sampling.cu")
+    host_obj, launched = builder.host_pass(cu, tmp_path)
+    code = builder.device_pass(cu, launched, "9.0", tmp_path, ("-O3",))
+    facts = parse_ptxas(code.log)
+    assert len(facts) == 3, code.log  # bf16, fp16, fp32
+    for f in facts.values():
+        assert f.spills == 0 and f.stack_frame == 0, f
+        assert 0 < f.registers <= 65536 // 512 and f.smem_static <= 48 * 1024, f
