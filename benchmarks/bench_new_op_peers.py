@@ -423,31 +423,31 @@ BENCHES = {"cache": (cache_cases, ours_cache, flashinfer_cache),
            "sampling": (sampling_cases, ours_sampling, flashinfer_sampling)}
 
 
+def each_case(run: Run, name: str, device: torch.device, arm: str, time_one: Any) -> None:
+    """``time_one(size, case)`` at each of the op's sizes while the run's time budget lasts (a size past it is
+    skipped and named, ``arm`` after it), each case freed before the next is made; the results saved after."""
+    cases = BENCHES[name][0]
+    for size, case in cases(run, device):
+        if run.left() < 5:
+            run.skip(f"{OPS[name]} {size}{arm}", "time budget spent")
+            continue
+        time_one(size, case)
+        del case
+    run.save()
+
+
 def head_to_head(run: Run, name: str, device: torch.device, fi: Any, builds: Any) -> None:
     """Our rows and dispatch at every size, then FlashInfer's (its module loaded by now: prebuilt, or built in
     the background while ours were timed, waited for as long as the budget allows)."""
     from rapid_llm.bench.ops import floor_call
 
     op = OPS[name]
-    cases, ours, theirs = BENCHES[name]
+    _, ours, theirs = BENCHES[name]
     floor = floor_call(op)
-    for size, case in cases(run, device):
-        if run.left() < 5:
-            run.skip(f"{op} {size}", "time budget spent")
-            continue
-        ours(run, device, size, case, None, floor)
-        del case
-    run.save()
+    each_case(run, name, device, "", lambda size, case: ours(run, device, size, case, None, floor))
     peer = peer_for(run, fi, builds, op)
-    if peer is None:
-        return
-    for size, case in cases(run, device):
-        if run.left() < 5:
-            run.skip(f"{op} {size} flashinfer", "time budget spent")
-            continue
-        theirs(run, size, case, peer, floor)
-        del case
-    run.save()
+    if peer is not None:
+        each_case(run, name, device, " flashinfer", lambda size, case: theirs(run, size, case, peer, floor))
 
 
 def compiled_floor(run: Run, name: str, device: torch.device) -> None:
@@ -459,15 +459,9 @@ def compiled_floor(run: Run, name: str, device: torch.device) -> None:
     if run.args.cpu_test and name not in CPU_TEST["compile_ops"]:
         run.skip(f"{op} compile", "--cpu-test compiles the gate's floor only")
         return
-    cases, ours, _ = BENCHES[name]
+    _, ours, _ = BENCHES[name]
     floor, compiled = floor_call(op), Compiled(run, op)
-    for size, case in cases(run, device):
-        if run.left() < 5:
-            run.skip(f"{op} {size} compile", "time budget spent")
-            continue
-        ours(run, device, size, case, compiled, floor)
-        del case
-    run.save()
+    each_case(run, name, device, " compile", lambda size, case: ours(run, device, size, case, compiled, floor))
 
 
 # --------------------------------------------------------------------------------------------- report
