@@ -44,7 +44,8 @@ DECLARATION = define_op(
             # (a GPU's) moves an id by up to E - 1 while the routing mode rightly passes it.
             golden=GoldenRecord(verified=True, max_abs_diff=None, baseline="native/moe_topk_gate"),
             graph_safe=True,
-            description="a block of tokens per program, k picks of max then lowest index: every option served",
+            description="a token per program to T = 128 on a GPU, a block of tokens beyond; k picks of max then "
+                        "lowest index: every option served",
         ),
         KernelSpec(
             name="jit/moe_topk_gate",
