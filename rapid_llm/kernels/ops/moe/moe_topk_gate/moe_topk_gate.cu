@@ -1,4 +1,7 @@
-// moe_topk_gate CUDA row (jit/moe_topk_gate): declared in this folder's __init__.py through cuda_row.py, since its two outputs of other dtypes fit no out rule. The warp-per-token kernel this one replaced was verified on an H100; this rewrite is checked on the CPU only (compile, ptxas, an emulation of its ranking) until tests/gpu/ops/test_moe_topk_gate.py passes on a GPU.
+// moe_topk_gate CUDA row (jit/moe_topk_gate; the kernel it replaced was verified on an H100, this rewrite not yet):
+// declared in this folder's __init__.py through cuda_row.py, since its two outputs of other dtypes fit no out rule.
+// Checked on the CPU only (compile, ptxas, an emulation of its ranking) until tests/gpu/ops/test_moe_topk_gate.py
+// passes on a GPU.
 // moe_topk_gate_launch(weights, ids, logits, bias, k, sigmoid, renormalize, num_groups, topk_groups): each
 // token's k experts and their weights (the floor's contract, rapid_llm.kernels.ops.moe.moe_topk_gate.native).
 // logits [T, E] bf16 / fp16 / fp32 (E <= 256, rows at any stride, the expert dim contiguous); bias [E] fp32
@@ -104,7 +107,7 @@ __device__ __forceinline__ void load4(const float* __restrict__ p, float* x) {
   x[3] = v.w;
 }
 
-// A lane's 8 logits (-inf past E) and bias values (0 without a bias: score + 0 is the score, never -0).
+// A lane's 8 logits (-inf past E) and bias values (0 without a bias: score + 0 is the score, as no score is -0).
 // `vector`: the rows and the bias are 16-byte aligned (the launcher's check), so a lane whose 8 experts all
 // exist loads them whole; a lane across the end of the row, or any unaligned row, loads element by element.
 template <typename T>
@@ -394,7 +397,8 @@ namespace gate_detail {
 template <typename T>
 __global__ void gate_kernel(float* __restrict__ weights, int* __restrict__ ids, const T* __restrict__ logits,
                             const float* __restrict__ bias, int64_t tokens, int experts, int64_t row_stride, int k,
-                            bool sigmoid, bool renormalize, int num_groups, int group_size, int topk_groups, bool vector);
+                            bool sigmoid, bool renormalize, int num_groups, int group_size, int topk_groups,
+                            bool vector);
 
 // Every row's start 16-byte aligned, and the bias's: a lane's 8 experts are then whole 16-byte loads.
 inline bool rows_aligned(const void* logits, int64_t row_bytes, const float* bias) {
