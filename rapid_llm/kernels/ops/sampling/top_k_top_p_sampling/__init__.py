@@ -55,9 +55,10 @@ DECLARATION = define_op(
             # in every dtype, strided and unaligned rows); that GPU run is yet to be repeated on the gather path.
             golden=GoldenRecord(verified=True, max_abs_diff=None, baseline="native/top_k_top_p_sampling"),
             graph_safe=True,
-            description="top_k_top_p_sampling.cu: a block per row; k <= 1024: a radix select stopped once at most "
-                        "1024 tokens can hold the top k, which one pass gathers and the block solves in shared "
-                        "memory; else radix selects of the k-th weight and the nucleus boundary, then a draw in id order",
+            description="top_k_top_p_sampling.cu: a block per row; k <= 1024: a bound on the top k (the values' "
+                        "histogram in the max pass, or a radix select stopped early), one pass gathering the at most "
+                        "1024 tokens above it, solved in shared memory; else radix selects of the k-th weight and the "
+                        "nucleus boundary, then a draw in id order",
         ),
     ],
 )

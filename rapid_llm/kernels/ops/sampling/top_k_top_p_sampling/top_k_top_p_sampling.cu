@@ -21,21 +21,27 @@
 //   2. tau_k, the k-th largest key, by a radix select over the key's bits 31..21, 20..10 and 9..0 (a pass each,
 //      a 2048-bin shared histogram of counts, and of int64 masses where p is on and k > 1024), and ties_k, how
 //      many of tau_k's equal keys the first k hold; k off none.
-//      The gather path (k <= 1024): the select stops at the first level where the keys >= its bin's lowest key
-//      are at most 1024 tokens (they hold the first k), and one pass gathers them (key, id) into shared memory.
-//      There each token's position in the order is the count of tokens before it (a compare a token pair, no
-//      sort), a scan of the weights in that order gives W_k and the nucleus (a prefix of the first k), and the
-//      draw sums, for each kept token, the kept weights of lower ids: no further pass. A tie group at tau_k too
-//      long for 1024 tokens takes the general path (below), with a pass for the mass above tau_k where p is on.
+//      The gather path (k <= 1024) gathers (key, id) of every token whose key is >= a bound lo <= tau_k into
+//      shared memory, where they are at most 1024, and ends there: each token's position in the order is the
+//      count of tokens before it (a compare a token pair, no sort), a scan of the weights in that order gives W_k
+//      and the nucleus (a prefix of the first k), and the draw sums, for each kept token, the kept weights of
+//      lower ids. The bound: from probabilities, pass 1 also counts the values by their bits 30..20 (no
+//      division); a key is a nondecreasing function of the value, so the key of the lowest value of the bin
+//      holding the k-th value is <= tau_k, and the gather passes over values below one it can compute without a
+//      division. Where that bin's tokens and those above are more than 1024, or the gather finds more (lower
+//      values rounding to the same key), or from logits, the radix select above stops at the first level
+//      whose bin and those above are at most 1024 tokens, and the gather takes that bin's lowest key. A tie
+//      group at tau_k too long for 1024 tokens takes the general path (below), with a pass for the mass above
+//      tau_k where p is on.
 //   3. the nucleus (p < 1): tau_f, the smallest key >= tau_k whose mass above is < p W_k, by the same radix
 //      select on masses (three passes), then how many of tau_f's equal tokens (in id order) it keeps, n_f;
 //   4. the kept set is every key > tau_f and the first n_f tokens of key tau_f: where that group is split, a pass
 //      of per-segment counts and a walk of one segment find its n_f-th token; then a pass of per-segment kept
 //      masses gives W_L and the segment holding the draw, which the block walks 512 groups a step with a scan.
 //      A lone kept token (a greedy row's tie group, p tiny) is the answer after the first walk.
-// Passes: 1 + 1 + 1 on the gather path where the first level's bin suffices (FlashInfer's bench rows: k <= 100),
-// up to 1 + 3 + 1; otherwise 1 + 3 + 3 + 1 with k and p both on (one more where a tie group is split). Every
-// sum is an int64 sum, so the order threads add in cannot move a draw.
+// Passes: 2 on the gather path from probabilities where the value bound holds (FlashInfer's bench rows: k <= 100),
+// else 1 + 1 to 3 + 1 (a greedy row from logits: 3); otherwise 1 + 3 + 3 + 1 with k and p both on (one more where
+// a tie group is split). Every sum is an int64 sum, so the order threads add in cannot move a draw.
 #include "common/rapid_llm.cuh"
 
 namespace sampling_detail {
@@ -516,13 +522,26 @@ __device__ __forceinline__ unsigned long long order_of(uint32_t key, int id) {
   return (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<unsigned>(id));
 }
 
-// The gather pass: every token whose key is >= lo, in arrival order (select_kth counted at most kCap of them;
-// a slot past kCap is never written). Returns how many.
+// From probabilities, the least value a key >= lo >= 1 needs, found without a division: that key needs
+// e = div_rn(v, m) >= q = weight_of(lo) 2^-32, an fp32 number >= 2^-32, so v / m >= q (1 - 2^-24) (one rounding
+// to nearest), and v >= q m (1 - 2^-20) in float64 (q m exact, the factor's rounding far inside the margin),
+// rounded down to fp32. A screen only: a token past it still takes the exact key.
+template <typename T>
+__device__ __forceinline__ float least_value(const Row<T>& r, uint32_t lo) {
+  return __double2float_rd(static_cast<double>(weight_of(lo)) * 0x1p-32 * static_cast<double>(r.m) * (1.0 - 0x1p-20));
+}
+
+// The gather pass: every token whose key is >= lo, in arrival order; a slot past kCap is never written. Returns
+// how many there are (more than kCap: too many to gather). From probabilities, a token below least_value (most
+// of the row) is passed over without its key's division.
 template <typename T>
 __device__ int gather(const Row<T>& r, Shared& s, uint32_t lo) {
+  const bool screen = !r.logits && lo > 0;  // from logits (exp's rounding) or with key 0 kept: every key
+  const float least = screen ? least_value(r, lo) : 0.0f;
   if (threadIdx.x == 0) s.n = 0;
   __syncthreads();
   for_each(r, [&](int col, float v) {
+    if (screen && !(v >= least)) return;  // NaN, negatives, and values whose key is < lo
     const uint32_t key = r.key(v);
     if (key >= lo) {  // a few hundred tokens of the row: one atomic each
       const int slot = atomicAdd(&s.n, 1);
@@ -530,7 +549,7 @@ __device__ int gather(const Row<T>& r, Shared& s, uint32_t lo) {
     }
   });
   __syncthreads();
-  return min(s.n, kCap);
+  return s.n;
 }
 
 // Thread t's tokens t, t + kThreads, ... of the n gathered go to their positions in the order: a position is
@@ -624,6 +643,44 @@ __device__ long long draw_gathered(Shared& s, int n, int k, bool p_cut, double p
   return s.found;
 }
 
+// Step 1 and a bound on the first k in one pass, from probabilities with k <= kCap: the row's largest value
+// r.m and a histogram of the values' bits 30..20 (a value, >= 0 once NaN and negatives are 0, orders as its bits
+// do; no division). The bin holding the k-th largest value has a lowest value v_B <= that value, and a key is a
+// nondecreasing function of the value, so lo = key(v_B) <= tau_k: the keys >= lo hold the first k. They are
+// the values from that bin up and any lower values that round to the key lo (the gather counts them). Returns
+// false where the values from that bin up are more than kCap, or lo is 0 (every token would be gathered).
+template <typename T>
+__device__ bool bound_by_value(Row<T>& r, Shared& s, long long k, uint32_t& lo) {
+  for (int i = threadIdx.x; i < kBins; i += kThreads) {
+    s.h.cnt[i] = 0;
+    s.h.mass[i] = 0;
+  }
+  __syncthreads();
+  float m = -kInf;
+  long long zeros = 0;  // NaN, negatives and zeros: bin 0, counted in registers as in histogram
+  for_each(r, [&](int, float v) {
+    v = v != v ? 0.0f : fminf(fmaxf(v, 0.0f), kFltMax);
+    m = fmaxf(m, v);
+    if (v > 0.0f) atomicAdd(&s.h.cnt[__float_as_uint(v) >> 20], 1u);  // bits below 0x7F800000: bins < 2040
+    else ++zeros;
+  });
+  zeros = warp_sum(zeros);
+  if (threadIdx.x % 32 == 0 && zeros > 0) atomicAdd(&s.h.cnt[0], static_cast<unsigned>(zeros));
+  r.m = block_max(m, s.fred, -kInf);  // its barriers end the histogram's atomics
+  const Owned o = owned_bins(s, 0);
+  int above_c = o.above.c;
+#pragma unroll
+  for (int i = 0; i < kOwned; ++i) {  // exactly one bin holds the k-th value (k < vocab)
+    if (above_c < k && k <= above_c + o.c[i]) s.pick = {o.top_bin - i, above_c, o.c[i], 0};
+    above_c += o.c[i];
+  }
+  __syncthreads();
+  const Pick p = s.pick;
+  if (p.above_c + p.count > kCap) return false;  // block-uniform
+  lo = r.key(__uint_as_float(static_cast<uint32_t>(p.bin) << 20));
+  return lo > 0;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int64_t* __restrict__ out, const T* __restrict__ x, int64_t row_stride, int64_t vocab,
@@ -663,25 +720,47 @@ __global__ void __launch_bounds__(kThreads, 1)
   // k = 1 there is one token to keep.
   const bool p_cut = p < 1.0 && k != 1;
 
-  // Step 1: the largest value.
-  float m = -kInf;
-  for_each(r, [&](int, float v) {
-    v = from_logits ? (v != v ? -kInf : v) : (v != v ? 0.0f : fmaxf(v, 0.0f));
-    m = fmaxf(m, fminf(v, kFltMax));
-  });
-  r.m = block_max(m, s.fred, -kInf);
+  // The gather path: k <= kCap, unless the tokens that can hold the first k are too many for it.
+  const bool small = k_cut && k <= kCap;
+
+  // Step 1: the largest value; from probabilities on the gather path, with a bound lo on the first k.
+  uint32_t lo = 0;
+  bool bounded = false;
+  if (small && !from_logits) {
+    bounded = bound_by_value(r, s, k, lo);
+  } else {
+    float m = -kInf;
+    for_each(r, [&](int, float v) {
+      v = from_logits ? (v != v ? -kInf : v) : (v != v ? 0.0f : fmaxf(v, 0.0f));
+      m = fmaxf(m, fminf(v, kFltMax));
+    });
+    r.m = block_max(m, s.fred, -kInf);
+  }
 
   // Step 2: the first k are every key > tau_k and the first ties_k tokens of key tau_k.
   uint32_t tau_k = 0;
   long long ties_k = 0, equal_k = -1, above_k = 0;  // equal_k -1: not counted
   if (k_cut) {
-    const bool small = k <= kCap;  // the gather path, unless tau_k's ties bring more than kCap tokens
-    if (select_kth(r, s, k, p_cut && !small, small ? kCap : 0, tau_k, ties_k, equal_k, above_k)) {
-      const long long answer = draw_gathered(s, gather(r, s, tau_k), static_cast<int>(k), p_cut, p, seed_offset, b);
-      if (threadIdx.x == 0) out[b] = answer;
-      return;  // block-uniform
+    // The gather path tries the value bound first; where it has none or gathers too many, the radix select on
+    // keys, stopped where its counts allow a gather (of exactly those counts, at most kCap). Where k > kCap, or
+    // that select runs to its end, the general path goes on from its tau_k. One loop and one call of each, so
+    // that each pass is compiled once.
+    int n = kCap + 1;
+#pragma unroll 1
+    for (int tries = 0; tries < 2 && n > kCap; ++tries) {
+      if (!bounded) {
+        if (!select_kth(r, s, k, p_cut && !small, small ? kCap : 0, tau_k, ties_k, equal_k, above_k)) break;
+        lo = tau_k;  // block-uniform, as every branch here
+      }
+      bounded = false;
+      n = gather(r, s, lo);
     }
-    if (small && p_cut) above_k = mass_above(r, s, tau_k);
+    if (n <= kCap) {
+      const long long answer = draw_gathered(s, n, static_cast<int>(k), p_cut, p, seed_offset, b);
+      if (threadIdx.x == 0) out[b] = answer;
+      return;
+    }
+    if (small && p_cut) above_k = mass_above(r, s, tau_k);  // the select counted no masses
   }
 
   // Step 3: the kept set is every key > tau_f and the first n_f tokens of key tau_f, in id order.
