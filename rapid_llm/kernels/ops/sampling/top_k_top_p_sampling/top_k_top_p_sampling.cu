@@ -66,20 +66,18 @@ constexpr float kFltMax = 3.4028234663852886e38f;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr unsigned kKeyBias = 0x3F7FFFFFu;  // the bits of 1.0f less one: F = 1 has key 1
 
-// A dtype's bits and value. A group of W tokens travels as the 16 bytes of one load (4 registers whatever the
-// dtype), in memory order: token j of a 16-bit dtype in word j / 2, the lower half for even j.
+// A token's bits and value: T is float, or unsigned short for bf16 and fp16, which share one kernel (they
+// differ only in this conversion, told apart by a flag: a select a token against a kernel's worth of code). A
+// group of W tokens travels as the 16 bytes of one load (4 registers whatever the dtype), in memory order:
+// token j of a 16-bit dtype in word j / 2, the lower half for even j.
 template <typename T> struct Bits;
 template <> struct Bits<float> {
-  using U = unsigned;
-  __device__ static float value(unsigned b) { return __uint_as_float(b); }
+  __device__ static float value(unsigned b, bool) { return __uint_as_float(b); }
 };
-template <> struct Bits<__half> {
-  using U = unsigned short;
-  __device__ static float value(unsigned b) { return __half2float(__ushort_as_half(static_cast<unsigned short>(b))); }
-};
-template <> struct Bits<__nv_bfloat16> {
-  using U = unsigned short;
-  __device__ static float value(unsigned b) { return __uint_as_float(b << 16); }  // the upper half of its fp32
+template <> struct Bits<unsigned short> {
+  __device__ static float value(unsigned b, bool bf16) {  // a bf16 is the upper half of its fp32
+    return bf16 ? __uint_as_float(b << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+  }
 };
 
 __device__ __forceinline__ unsigned word(const uint4& r, int i) {
@@ -118,7 +116,7 @@ struct Row {
   const T* ptr;
   int vocab, groups, seg;  // seg: groups per warp
   float m, t;
-  bool aligned, logits;
+  bool aligned, logits, bf16;
 
   __device__ int begin(int warp) const { return min(groups, warp * seg); }
   __device__ int end(int warp) const { return min(groups, (warp + 1) * seg); }
@@ -127,7 +125,7 @@ struct Row {
   __device__ __forceinline__ uint4 load(int g) const {
     const int c0 = g * W;
     if (aligned && c0 + W <= vocab) return __ldg(reinterpret_cast<const uint4*>(ptr + c0));
-    using U = typename Bits<T>::U;
+    using U = std::conditional_t<W == 4, unsigned, unsigned short>;  // a token's bits
     const U* bits = reinterpret_cast<const U*>(ptr);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -137,9 +135,9 @@ struct Row {
   }
 
   // Token j of a group's bits, as a float.
-  __device__ __forceinline__ static float value(const uint4& r, int j) {
+  __device__ __forceinline__ float value(const uint4& r, int j) const {
     const unsigned w = word(r, j / (W / 4));
-    return Bits<T>::value(W == 4 ? w : (j % 2 == 0 ? w & 0xffffu : w >> 16));
+    return Bits<T>::value(W == 4 ? w : (j % 2 == 0 ? w & 0xffffu : w >> 16), bf16);
   }
 
   // Step 1 of the floor's rule. F is an fp32 integer >= 0, so its bits order tokens as their weights do.
@@ -182,7 +180,7 @@ __device__ __forceinline__ void for_each(const Row<T>& r, F&& f) {
       if (g + 32 * i < end) {
 #pragma unroll
         for (int j = 0; j < W; ++j)
-          if (c0 + j < r.vocab) f(c0 + j, Row<T>::value(v[0], j));
+          if (c0 + j < r.vocab) f(c0 + j, r.value(v[0], j));
       }
 #pragma unroll
       for (int n = 0; n + 1 < kInFlight; ++n) v[n] = v[n + 1];
@@ -474,7 +472,7 @@ __device__ __forceinline__ long long locate(const Row<T>& r, Shared& s, Val&& va
       if (g < end) {
 #pragma unroll
         for (int j = 0; j < W; ++j)
-          if (g * W + j < r.vocab) own += val(g * W + j, r.key(Row<T>::value(v, j)));
+          if (g * W + j < r.vocab) own += val(g * W + j, r.key(r.value(v, j)));
       }
       long long total;
       const long long incl = base + block_scan(own, s.scan, total);
@@ -484,7 +482,7 @@ __device__ __forceinline__ long long locate(const Row<T>& r, Shared& s, Val&& va
 #pragma unroll 1  // one thread, once a walk: one copy of the body
         for (int j = 0; j < W; ++j) {
           if (!done && g * W + j < r.vocab) {
-            run += val(g * W + j, r.key(Row<T>::value(v, j)));
+            run += val(g * W + j, r.key(r.value(v, j)));
             if (run > target) {
               s.found = g * W + j;
               done = true;
@@ -685,7 +683,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int64_t* __restrict__ out, const T* __restrict__ x, int64_t row_stride, int64_t vocab,
                   const int64_t* __restrict__ top_k, const float* __restrict__ top_p,
-                  const float* __restrict__ temperature, const int64_t* __restrict__ seed_offset, bool from_logits) {
+                  const float* __restrict__ temperature, const int64_t* __restrict__ seed_offset, bool from_logits,
+                  bool bf16) {
   __shared__ Shared s;
   rl::wait_for_prior_grids();
   const int64_t b = blockIdx.x;
@@ -700,6 +699,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   r.seg = (r.groups + kWarps - 1) / kWarps;
   r.aligned = (reinterpret_cast<unsigned long long>(r.ptr) & 15ull) == 0;
   r.logits = from_logits;
+  r.bf16 = bf16;
   r.t = 1.0f;
   bool greedy = false;
   if (temperature != nullptr) {
@@ -830,7 +830,7 @@ template <typename T>
 __global__ void sample_kernel(int64_t* __restrict__ out, const T* __restrict__ x, int64_t row_stride, int64_t vocab,
                               const int64_t* __restrict__ top_k, const float* __restrict__ top_p,
                               const float* __restrict__ temperature, const int64_t* __restrict__ seed_offset,
-                              bool from_logits);
+                              bool from_logits, bool bf16);
 
 }  // namespace sampling_detail
 
@@ -876,14 +876,17 @@ void top_k_top_p_sampling_launch(rl::Tensor out, rl::Tensor x, rl::Tensor top_k,
   const float* p = has_p ? top_p.data<float>() : nullptr;
   const float* t = has_t ? temperature.data<float>() : nullptr;
 
-  // Step 3: launch a block per row on torch's current stream (rl::launch_dependent checks the launch).
+  // Step 3: launch a block per row on torch's current stream (rl::launch_dependent checks the launch); bf16 and
+  // fp16 share the kernel of 16-bit words.
   const dim3 grid(static_cast<unsigned>(batch));
   const dim3 block(sampling_detail::kThreads);
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rl::launch_dependent(sampling_detail::sample_kernel<T>, grid, block, 0, out.data<int64_t>(),
-                         static_cast<const T*>(x.data<T>()), row_stride, vocab, k, p, t,
-                         static_cast<const int64_t*>(seed_offset.data<int64_t>()), from_logits);
+    using S = std::conditional_t<std::is_same<T, rl::fp32>::value, float, unsigned short>;
+    rl::launch_dependent(sampling_detail::sample_kernel<S>, grid, block, 0, out.data<int64_t>(),
+                         reinterpret_cast<const S*>(x.data<T>()), row_stride, vocab, k, p, t,
+                         static_cast<const int64_t*>(seed_offset.data<int64_t>()), from_logits,
+                         std::is_same<T, rl::bf16>::value);
   });
 }
 RL_EXPORT(top_k_top_p_sampling_launch, "top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature, seed_offset, "
