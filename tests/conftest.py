@@ -1,8 +1,10 @@
 """Test-session set-up: Triton's interpreter on CPU-only machines, an isolated cache."""
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
+import shutil
 import tempfile
 
 import pytest
@@ -16,8 +18,11 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # JIT builds and benchmark results go to a throw-away directory unless the
-# caller points somewhere on purpose (a GPU run that wants warm builds).
-os.environ.setdefault("RAPID_LLM_CACHE_DIR", tempfile.mkdtemp(prefix="rapid_llm_test_cache_"))
+# caller points somewhere on purpose (a GPU run that wants warm builds); the
+# process that made it removes it when it exits (each xdist worker makes its own).
+if "RAPID_LLM_CACHE_DIR" not in os.environ:
+    os.environ["RAPID_LLM_CACHE_DIR"] = tempfile.mkdtemp(prefix="rapid_llm_test_cache_")
+    atexit.register(shutil.rmtree, os.environ["RAPID_LLM_CACHE_DIR"], ignore_errors=True)
 
 NO_CUDA_REASON = "needs a CUDA device (torch.cuda.is_available() is False)"
 
