@@ -16,6 +16,7 @@ Ray is optional: ``pip install -e .[ray]``.
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any, Callable, Sequence
 
 from rapid_llm.bench.sweeps.local import crashed_records
@@ -76,8 +77,12 @@ class RayExecutor:
         """Join (or start) a cluster; True when this executor started it and so shuts it down."""
         if self.ray.is_initialized():
             return False
-        self.ray.init(address=self.address, **{"include_dashboard": False, "log_to_driver": False,
-                                               **self.init_kwargs})
+        kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
+        if self.address is None and not os.environ.get("RAY_ADDRESS"):
+            # A cluster of its own: Ray would renice its workers to 15, and on a busy machine the workers that time
+            # the kernels would then wait behind every other process.
+            kwargs["_system_config"] = {"worker_niceness": 0, **kwargs.get("_system_config", {})}
+        self.ray.init(address=self.address, **kwargs)
         return True
 
     def _shapes(self) -> list[tuple[str | None, bool, int]]:

@@ -18,13 +18,15 @@ OPS = ["rms_norm", "silu_and_mul"]
 
 #: Ray starts idle workers ahead of demand (one per CPU, and one for the first driver), each a Python process that
 #: imports Ray: about 2 s of CPU apiece on CI's two cores, for workers this test never uses (its one actor gets a
-#: process of its own when it is created).
-NO_PRESTART = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
+#: process of its own when it is created). And Ray renices its workers to 15, so beside the other test workers on CI's
+#: two cores the actor got a few per cent of a core: the same four tasks took 9-70 s across CI runs, 135 s beside two
+#: busy processes, and 13.8 s there at the caller's priority (worker_niceness 0, as RayExecutor starts a cluster).
+CLUSTER_CONFIG = {"enable_worker_prestart": False, "prestart_worker_first_driver": False, "worker_niceness": 0}
 
 
 @pytest.fixture
 def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=NO_PRESTART)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=CLUSTER_CONFIG)
     yield
     ray.shutdown()
 
