@@ -1,18 +1,30 @@
-// moe_topk_gate CUDA row (jit/moe_topk_gate, verified on an H100): declared in this folder's __init__.py through cuda_row.py, since its two outputs of other dtypes fit no out rule.
+// moe_topk_gate CUDA row (jit/moe_topk_gate; the kernel it replaced was verified on an H100, this rewrite not yet):
+// declared in this folder's __init__.py through cuda_row.py, since its two outputs of other dtypes fit no out rule.
+// Checked on the CPU only (compile, ptxas, an emulation of its ranking) until tests/gpu/ops/test_moe_topk_gate.py
+// passes on a GPU.
 // moe_topk_gate_launch(weights, ids, logits, bias, k, sigmoid, renormalize, num_groups, topk_groups): each
 // token's k experts and their weights (the floor's contract, rapid_llm.kernels.ops.moe.moe_topk_gate.native).
 // logits [T, E] bf16 / fp16 / fp32 (E <= 256, rows at any stride, the expert dim contiguous); bias [E] fp32
 // or an empty tensor for none; weights [T, k] fp32 and ids [T, k] int32, contiguous. Scores in fp32 (softmax:
-// exp(x - max) / sum, correctly rounded division; sigmoid: 1 / (1 + exp(-x))); the choice on score + bias;
-// groups: a group's score the sum of its two best choice values, the topk_groups best kept. The tie rule:
-// a higher choice value first, among equal values the lower expert id, among equal group scores the lower
-// group id; NaN ranks as -inf; an expert of a dropped group below every kept one. Weights are the unbiased
-// scores, over their sum when renormalize (a zero sum left as is).
+// exp(x - max) / sum, correctly rounded division; sigmoid: 1 / (1 + exp(-x)), a correctly rounded reciprocal);
+// the choice on score + bias; groups: a group's score the sum of its two best choice values, the topk_groups
+// best kept. The tie rule: a higher choice value first, among equal values the lower expert id, among equal
+// group scores the lower group id; NaN ranks as -inf; an expert of a dropped group below every kept one (and,
+// as in the floor, dropped experts among themselves in id order). Weights are the unbiased scores, over their
+// sum (added in pick order) when renormalize (a zero or NaN sum left as is).
 //
-// One warp per token (4 per block): a lane holds experts lane, lane + 32, ... (8 at most) in registers and
-// the warp's keys in shared memory for the group scores. Each of the k picks is a warp reduction of
-// (tier, key, id) under the tie rule, so no order is left to the hardware. Reads the logits once, writes
-// 8 bytes per pick.
+// One warp per token (4 per block), built for latency: a decode step's few tokens are one warp each, so the
+// time is one warp's dependent chain. A lane holds 8 contiguous experts, 8 * lane .. 8 * lane + 7 (one 16-byte
+// load of bf16 / fp16, two of fp32, where the rows and bias are 16-byte aligned; element loads otherwise).
+// Ranking is on one int word per expert, order-preserving: a kept expert's word is its choice value's bits
+// mapped so signed order is float order (-0 as +0), a dropped expert's is one below -inf's, a taken or absent
+// one's INT_MIN. A pick is then: the lane's max of 8 words, the warp's max (redux.sync, sm_80), the lowest lane
+// holding it (a ballot), and there the lowest expert holding it; equal words are equal choice values, so the
+// lower id wins by construction. k is unrolled to 8 (predicated), so nothing is indexed at run time and
+// nothing goes to local memory. Groups: where a group is a power-of-two run of whole lanes (size a multiple of
+// 8, size / 8 a power of two: DeepSeek-V3's 32, 4 lanes), a lane's top two, an xor-shuffle merge inside the
+// run, and each group's rank from the groups' scores by shuffle; other group sizes take the same steps through
+// shared memory (a lane per group scans its keys). Reads the logits once, writes 8 bytes per pick.
 #include "common/rapid_llm.cuh"
 
 namespace gate_detail {
@@ -20,173 +32,359 @@ namespace gate_detail {
 constexpr int kWarps = 4;
 constexpr int kLanes = 32;
 constexpr int kMaxExperts = 256;
-constexpr int kPerLane = kMaxExperts / kLanes;
+constexpr int kPerLane = kMaxExperts / kLanes;  // a lane's contiguous experts: one 16-byte load of bf16 / fp16
+constexpr int kMaxGroups = kMaxExperts / 2;     // a group has 2 experts or more
 constexpr int kMaxK = 8;
+static_assert(kPerLane == 8, "the word and top-two trees below are written for 8 experts a lane");
 
 }  // namespace gate_detail
 
 #if RL_DEVICE
 namespace gate_detail {
 
+constexpr unsigned kFull = 0xffffffffu;
+// Rank words (higher first): a kept expert's is order_word(choice) in [-0x7f800000, 0x7f800000]; below it
+// every dropped expert's, then the taken and absent ones'.
+constexpr int kDropped = -0x7f800001;
+constexpr int kTaken = -0x7fffffff - 1;
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// A candidate under the tie rule: a lower tier first (0 kept, 1 dropped group, 2 none), then a higher key,
-// then a lower id.
-struct Pick {
-  int tier;
-  float key;
-  int id;
-};
-
-__device__ __forceinline__ bool better(const Pick& a, const Pick& b) {
-  if (a.tier != b.tier) return a.tier < b.tier;
-  if (a.key != b.key) return a.key > b.key;
-  return a.id < b.id;
+// A float's bits as an int whose signed order is the float order, -0 and +0 one word (they compare equal, so
+// the tie rule must see them equal). Not for NaN: keys are NaN-free by then.
+__device__ __forceinline__ int order_word(float v) {
+  const int b = __float_as_int(v), sign = b >> 31;
+  return (b ^ (sign & 0x7fffffff)) - sign;  // a negative b: -(its magnitude); three instructions, no branch
 }
 
-__device__ __forceinline__ Pick warp_best(Pick p) {
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
-    Pick q{__shfl_xor_sync(0xffffffffu, p.tier, offset), __shfl_xor_sync(0xffffffffu, p.key, offset),
-           __shfl_xor_sync(0xffffffffu, p.id, offset)};
-    if (better(q, p)) p = q;
-  }
-  return p;
-}
+__device__ __forceinline__ float from_order_word(int w) { return __int_as_float(w >= 0 ? w : (-w) | 0x80000000); }
 
-__device__ __forceinline__ float warp_max(float v) {
+__device__ __forceinline__ int warp_max(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(kFull, v);  // one instruction where the 5 shuffle rounds below are 10 dependent ones
+#else
 #pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v = max(v, __shfl_xor_sync(kFull, v, offset));
   return v;
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFull, v, offset);
   return v;
+}
+
+// ---------------------------------------------------------------- loads
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&x)[kPerLane], __nv_bfloat16) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < kPerLane / 2; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&x)[kPerLane], __half) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < kPerLane / 2; ++i) {
+    const float2 f = __half22float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void load4(const float* __restrict__ p, float* x) {
+  const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+  x[0] = v.x;
+  x[1] = v.y;
+  x[2] = v.z;
+  x[3] = v.w;
+}
+
+// A lane's 8 logits (-inf past E) and bias values (0 without a bias: score + 0 is the score, as no score is -0).
+// `vector`: the rows and the bias are 16-byte aligned (the launcher's check), so a lane whose 8 experts all
+// exist loads them whole; a lane across the end of the row, or any unaligned row, loads element by element.
+template <typename T>
+__device__ __forceinline__ void load_lane(const T* __restrict__ row, const float* __restrict__ bias, int first,
+                                          int experts, bool vector, float (&x)[kPerLane], float (&b)[kPerLane]) {
+  const float inf = __int_as_float(0x7f800000);
+  if (vector && first + kPerLane <= experts) {
+    if constexpr (sizeof(T) == 4) {
+      load4(reinterpret_cast<const float*>(row) + first, x);
+      load4(reinterpret_cast<const float*>(row) + first + 4, x + 4);
+    } else {
+      unpack8(__ldg(reinterpret_cast<const uint4*>(row + first)), x, T{});
+    }
+    if (bias != nullptr) {
+      load4(bias + first, b);
+      load4(bias + first + 4, b + 4);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) b[i] = 0.0f;
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = first + i;
+    x[i] = e < experts ? to_float(row[e]) : -inf;
+    b[i] = e < experts && bias != nullptr ? bias[e] : 0.0f;
+  }
+}
+
+// ---------------------------------------------------------------- scores
+
+// 1 / d correctly rounded for d of a biased exponent in 1..252, as the compiler's own __frcp_rn does it there:
+// the hardware's approximate reciprocal and one Newton step. False where d is out of that range.
+__device__ __forceinline__ bool rcp_rn_normal(float d, float& r) {
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  const float e = fmaf(d, r, -1.0f);
+  r = fmaf(r, -e, r);
+  return ((__float_as_uint(d) + 0x01800000u) & 0x7f800000u) > 0x01ffffffu;
+}
+
+// 1 / (1 + exp(-x)), the reciprocal correctly rounded (== __fdiv_rn(1, ...)). __frcp_rn branches to its slow
+// path for each value, which keeps the 8 from overlapping; here the 8 run side by side and one branch takes
+// __frcp_rn for all where an expert's d = 1 + exp(-x) is out of range (x < -87, NaN). Experts past E (x = -inf)
+// score 0 and never take that branch: a short row's idle lanes must not make the others wait.
+__device__ __forceinline__ void sigmoid_scores(const float (&x)[kPerLane], int first, int experts,
+                                               float (&score)[kPerLane]) {
+  float d[kPerLane];
+  bool fast = true;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    d[i] = 1.0f + expf(-x[i]);
+    float r;
+    const bool in_range = rcp_rn_normal(d[i], r);
+    fast &= in_range || first + i >= experts;
+    score[i] = first + i < experts ? r : 0.0f;
+  }
+  if (!fast) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) score[i] = first + i < experts ? __frcp_rn(d[i]) : 0.0f;
+  }
+}
+
+// exp(x - max) / sum over the row. The max ignores NaN: a NaN logit makes the sum NaN, so every score is NaN
+// whatever the max is (as torch's softmax), and +inf makes inf - inf NaN the same way.
+__device__ __forceinline__ void softmax_scores(const float (&x)[kPerLane], int first, int experts,
+                                               float (&score)[kPerLane]) {
+  float m = x[0];
+#pragma unroll
+  for (int i = 1; i < kPerLane; ++i) m = fmaxf(m, x[i]);
+  m = from_order_word(warp_max(order_word(m)));
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    score[i] = first + i < experts ? expf(x[i] - m) : 0.0f;
+    s += score[i];
+  }
+  s = warp_sum(s);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) score[i] = __fdiv_rn(score[i], s);
+}
+
+// ---------------------------------------------------------------- groups
+
+// The top two of a1 >= a2 and b1 >= b2 (values, not experts: a tie counts twice, as the floor's sort does).
+__device__ __forceinline__ void merge_top2(float& t1, float& t2, float b1, float b2) {
+  const float lo = fminf(t1, b1);
+  t1 = fmaxf(t1, b1);
+  t2 = fmaxf(lo, fmaxf(t2, b2));
+}
+
+// A lane's top two keys, a tree of depth 3 rather than a chain of 8.
+__device__ __forceinline__ void lane_top2(const float (&key)[kPerLane], float& t1, float& t2) {
+  float p1[4], p2[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    p1[i] = fmaxf(key[2 * i], key[2 * i + 1]);
+    p2[i] = fminf(key[2 * i], key[2 * i + 1]);
+  }
+  merge_top2(p1[0], p2[0], p1[1], p2[1]);
+  merge_top2(p1[2], p2[2], p1[3], p2[3]);
+  merge_top2(p1[0], p2[0], p1[2], p2[2]);
+  t1 = p1[0];
+  t2 = p2[0];
+}
+
+// A group's score: the sum of its two best keys, NaN (inf - inf) as -inf, as the floor ranks it.
+__device__ __forceinline__ float group_score(float t1, float t2) {
+  const float both = t1 + t2;
+  return both != both ? -__int_as_float(0x7f800000) : both;
+}
+
+// Does group g (score mine) rank among the topk_groups best? `score_of(h)` is group h's score; kUnroll
+// shuffles (or loads) in flight at a time.
+template <int kUnroll, typename ScoreOf>
+__device__ __forceinline__ bool group_kept(float mine, int g, int groups, int topk_groups, ScoreOf score_of) {
+  int rank = 0;
+#pragma unroll kUnroll
+  for (int h = 0; h < groups; ++h) {
+    const float o = score_of(h);
+    rank += static_cast<int>(o > mine) | (static_cast<int>(o == mine) & static_cast<int>(h < g));  // no branch
+  }
+  return rank < topk_groups;
+}
+
+// Groups of a power-of-two run of whole lanes (span = 1 << shift lanes, groups * span <= 32): the lane's top
+// two, merged by xor shuffles inside the run, and the ranks from the run leaders' scores. All 8 of a lane's
+// experts share a group, so the answer is all or none of them.
+__device__ __forceinline__ unsigned keep_by_lanes(const float (&key)[kPerLane], int lane, int shift, int groups,
+                                                  int topk_groups) {
+  const int span = 1 << shift;
+  float t1, t2;
+  lane_top2(key, t1, t2);
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset *= 2) {
+    if (offset < span) {
+      const float o1 = __shfl_xor_sync(kFull, t1, offset), o2 = __shfl_xor_sync(kFull, t2, offset);
+      merge_top2(t1, t2, o1, o2);
+    }
+  }
+  const float mine = group_score(t1, t2);
+  const bool kept = group_kept<8>(mine, lane >> shift, groups, topk_groups,
+                                  [&](int h) { return __shfl_sync(kFull, mine, h << shift); });
+  return kept ? 0xffu : 0u;
+}
+
+// Shared memory of the general grouping (one per warp).
+struct GroupScratch {
+  float keys[kMaxExperts];
+  float score[kMaxGroups];
+  int kept[kMaxGroups];
+};
+
+// Any other group size (a group across lanes' runs, or inside one): the keys through shared memory, a lane per
+// group scanning its keys for the top two, a lane per group ranking it. Bit i: expert first + i is kept.
+__device__ __forceinline__ unsigned keep_by_scan(const float (&key)[kPerLane], GroupScratch& s, int lane, int first,
+                                              int experts, int size, int groups, int topk_groups) {
+  const float inf = __int_as_float(0x7f800000);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    if (first + i < experts) s.keys[first + i] = key[i];
+  }
+  __syncwarp();
+#pragma unroll 1
+  for (int g = lane; g < groups; g += kLanes) {
+    float t1 = -inf, t2 = -inf;
+#pragma unroll 1
+    for (int j = 0; j < size; ++j) merge_top2(t1, t2, s.keys[g * size + j], -inf);
+    s.score[g] = group_score(t1, t2);
+  }
+  __syncwarp();
+#pragma unroll 1
+  for (int g = lane; g < groups; g += kLanes) {
+    s.kept[g] = group_kept<1>(s.score[g], g, groups, topk_groups, [&](int h) { return s.score[h]; });
+  }
+  __syncwarp();
+  unsigned keep = 0;
+  int g = first / size, r = first - g * size;  // expert first + i's group, stepped rather than divided
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    if (first + i < experts && s.kept[g]) keep |= 1u << i;
+    if (++r == size) {
+      r = 0;
+      ++g;
+    }
+  }
+  return keep;
+}
+
+// ---------------------------------------------------------------- picks
+
+__device__ __forceinline__ int lane_max(const int (&w)[kPerLane]) {
+  const int a = max(max(w[0], w[1]), max(w[2], w[3])), b = max(max(w[4], w[5]), max(w[6], w[7]));
+  return max(a, b);
+}
+
+// v[i] by the bits of i (0..7): a select tree, not an index, so v stays in registers.
+__device__ __forceinline__ float select8(const float (&v)[kPerLane], int i) {
+  const float a = i & 1 ? v[1] : v[0], b = i & 1 ? v[3] : v[2], c = i & 1 ? v[5] : v[4], d = i & 1 ? v[7] : v[6];
+  const float ab = i & 2 ? b : a, cd = i & 2 ? d : c;
+  return i & 4 ? cd : ab;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * kLanes)
     gate_kernel(float* __restrict__ weights, int* __restrict__ ids, const T* __restrict__ logits,
                 const float* __restrict__ bias, int64_t tokens, int experts, int64_t row_stride, int k,
-                bool sigmoid, bool renormalize, int num_groups, int topk_groups) {
-  __shared__ float keys[kWarps][kMaxExperts];
-  __shared__ int kept[kWarps][kMaxExperts / 2];
-  rl::wait_for_prior_grids();
+                bool sigmoid, bool renormalize, int num_groups, int group_size, int topk_groups, bool vector) {
+  __shared__ GroupScratch scratch[kWarps];
   const int warp = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (t >= tokens) return;  // whole warps leave together: the shuffles below see full warps
-  const float inf = __int_as_float(0x7f800000);
-  const T* row = logits + t * row_stride;
+  if (t >= tokens) return;  // whole warps leave together: the warp collectives below see full warps
+  const int first = lane * kPerLane;
 
-  float x[kPerLane], score[kPerLane], key[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + i * kLanes;
-    x[i] = e < experts ? to_float(row[e]) : -inf;
-  }
+  rl::wait_for_prior_grids();
+  float x[kPerLane], b[kPerLane];
+  load_lane(logits + t * row_stride, bias, first, experts, vector, x, b);
+  rl::allow_dependent_grids();
+
+  float score[kPerLane], key[kPerLane];
   if (sigmoid) {
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) score[i] = __fdiv_rn(1.0f, 1.0f + expf(-x[i]));
+    sigmoid_scores(x, first, experts, score);
   } else {
-    float m = -inf;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) m = x[i] != x[i] ? x[i] : fmaxf(m, x[i]);  // NaN spreads, as torch's max
-    m = warp_max(m);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      score[i] = lane + i * kLanes < experts ? expf(x[i] - m) : 0.0f;
-      s += score[i];
-    }
-    s = warp_sum(s);
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) score[i] = __fdiv_rn(score[i], s);
+    softmax_scores(x, first, experts, score);
   }
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + i * kLanes;
-    const float c = e < experts && bias != nullptr ? score[i] + bias[e] : score[i];
-    key[i] = c != c ? -inf : c;
-    if (e < experts) keys[warp][e] = key[i];
+    const float c = score[i] + b[i];
+    key[i] = c != c ? -__int_as_float(0x7f800000) : c;
   }
 
-  int tier[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) tier[i] = lane + i * kLanes < experts ? 0 : 2;
+  unsigned keep = 0xffu;
   if (num_groups > 1) {
-    __syncwarp();
-    const int size = experts / num_groups;
-    float* gscore = reinterpret_cast<float*>(kept[warp]);  // group scores first, then the kept flags
-    for (int g = lane; g < num_groups; g += kLanes) {
-      const float* k0 = keys[warp] + g * size;
-      int at = 0;
-      for (int j = 1; j < size; ++j) at = k0[j] > k0[at] ? j : at;
-      float second = -inf;
-      for (int j = 0; j < size; ++j) second = j != at && k0[j] > second ? k0[j] : second;
-      const float both = k0[at] + second;
-      gscore[g] = both != both ? -inf : both;
+    const int span = group_size / kPerLane;
+    if (group_size % kPerLane == 0 && (span & (span - 1)) == 0) {
+      keep = keep_by_lanes(key, lane, __ffs(span) - 1, num_groups, topk_groups);
+    } else {
+      keep = keep_by_scan(key, scratch[warp], lane, first, experts, group_size, num_groups, topk_groups);
     }
-    __syncwarp();
-    int keep_flags[kMaxExperts / 2 / kLanes];
+  }
+  int word[kPerLane];
 #pragma unroll
-    for (int i = 0; i < kMaxExperts / 2 / kLanes; ++i) {
-      const int g = lane + i * kLanes;
-      int rank = 0;
-      if (g < num_groups) {
-        for (int h = 0; h < num_groups; ++h) rank += gscore[h] > gscore[g] || (gscore[h] == gscore[g] && h < g);
-      }
-      keep_flags[i] = g < num_groups && rank < topk_groups;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < kMaxExperts / 2 / kLanes; ++i) {
-      const int g = lane + i * kLanes;
-      if (g < num_groups) kept[warp][g] = keep_flags[i];
-    }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + i * kLanes;
-      if (e < experts && !kept[warp][e / size]) tier[i] = 1;
-    }
+  for (int i = 0; i < kPerLane; ++i) {
+    const int kept = keep >> i & 1 ? order_word(key[i]) : kDropped;
+    word[i] = first + i < experts ? kept : kTaken;
   }
 
-  float w[kMaxK];
-  int chosen[kMaxK];
-  float total = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    Pick p{3, -inf, 0x7fffffff};
+  // Pick j: the best word in the warp; its lowest lane; there its lowest expert, marked taken. Lane j keeps
+  // pick j for the coalesced write below; every lane adds the weights in pick order.
+  float my_weight = 0.0f, total = 0.0f;
+  int my_id = 0;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const Pick q{tier[i], key[i], lane + i * kLanes};
-      if (better(q, p)) p = q;
-    }
-    p = warp_best(p);
-    float mine = 0.0f;
+  for (int j = 0; j < kMaxK; ++j) {
+    if (j >= k) break;
+    const int mine = lane_max(word);
+    const int best = warp_max(mine);
+    const int winner = __ffs(__ballot_sync(kFull, mine == best)) - 1;
+    unsigned hits = 0;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (lane + i * kLanes == p.id) {
-        mine = score[i];
-        tier[i] = 3;  // taken
-      }
+    for (int i = 0; i < kPerLane; ++i) hits |= static_cast<unsigned>(word[i] == best) << i;
+    const unsigned lowest = hits & (0u - hits);
+    const unsigned taken = lane == winner ? lowest : 0u;  // a select, not a branch: no divergence to rejoin
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) word[i] = taken >> i & 1 ? kTaken : word[i];
+    const int at = __ffs(lowest) - 1;  // the winner's expert (meaningless in other lanes, never used there)
+    const float w = __shfl_sync(kFull, select8(score, at), winner);
+    const int id = winner * kPerLane + __shfl_sync(kFull, at, winner);
+    if (lane == j) {
+      my_weight = w;
+      my_id = id;
     }
-    const float pick = __shfl_sync(0xffffffffu, mine, p.id % kLanes);
-    if (j < kMaxK) {
-      w[j] = pick;
-      chosen[j] = p.id;
-    }
-    total += pick;
+    total += w;
   }
-  if (lane == 0) {
+  if (lane < k) {
     const bool divide = renormalize && total > 0.0f;
-    for (int j = 0; j < k && j < kMaxK; ++j) {
-      weights[t * k + j] = divide ? __fdiv_rn(w[j], total) : w[j];
-      ids[t * k + j] = chosen[j];
-    }
+    weights[t * k + lane] = divide ? __fdiv_rn(my_weight, total) : my_weight;
+    ids[t * k + lane] = my_id;
   }
 }
 
@@ -199,7 +397,14 @@ namespace gate_detail {
 template <typename T>
 __global__ void gate_kernel(float* __restrict__ weights, int* __restrict__ ids, const T* __restrict__ logits,
                             const float* __restrict__ bias, int64_t tokens, int experts, int64_t row_stride, int k,
-                            bool sigmoid, bool renormalize, int num_groups, int topk_groups);
+                            bool sigmoid, bool renormalize, int num_groups, int group_size, int topk_groups,
+                            bool vector);
+
+// Every row's start 16-byte aligned, and the bias's: a lane's 8 experts are then whole 16-byte loads.
+inline bool rows_aligned(const void* logits, int64_t row_bytes, const float* bias) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return aligned(logits) && row_bytes % 16 == 0 && (bias == nullptr || aligned(bias));
+}
 
 }  // namespace gate_detail
 
@@ -238,6 +443,7 @@ void moe_topk_gate_launch(rl::Tensor weights, rl::Tensor ids, rl::Tensor logits,
   if (tokens == 0) return;
   const int64_t row_stride = tokens > 1 ? logits.stride(0) : experts;
   const float* b = has_bias ? bias.data<float>() : nullptr;
+  const bool vector = gate_detail::rows_aligned(logits.data_ptr(), row_stride * logits.element_size(), b);
 
   // Step 3: launch on torch's current stream (rl::launch_dependent checks the launch).
   const dim3 grid(static_cast<unsigned>(rl::cdiv(tokens, gate_detail::kWarps)));
@@ -247,7 +453,8 @@ void moe_topk_gate_launch(rl::Tensor weights, rl::Tensor ids, rl::Tensor logits,
     rl::launch_dependent(gate_detail::gate_kernel<T>, grid, block, 0, weights.data<float>(), ids.data<int32_t>(),
                          static_cast<const T*>(logits.data<T>()), b, tokens, static_cast<int>(experts), row_stride,
                          static_cast<int>(k), sigmoid, renormalize, static_cast<int>(num_groups),
-                         static_cast<int>(topk_groups));
+                         static_cast<int>(experts / num_groups), static_cast<int>(topk_groups),
+                         vector);
   });
 }
 RL_EXPORT(moe_topk_gate_launch, "moe_topk_gate_launch(weights, ids, logits, bias, k, sigmoid, renormalize, "

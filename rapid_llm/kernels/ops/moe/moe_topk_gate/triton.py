@@ -1,4 +1,5 @@
-"""Triton moe_topk_gate: a block of tokens per program, every expert of a token in registers.
+"""Triton moe_topk_gate: a token per program at a GPU's decode sizes, a block of tokens per program beyond (and in
+the CPU interpreter), every expert of a token in registers.
 
 The floor's contract and tie rule (rapid_llm.kernels.ops.moe.moe_topk_gate.native): fp32 scores by softmax or
 sigmoid, the choice on score + bias, grouped top-k (a group's score the sum of its two best choice values;
@@ -20,6 +21,18 @@ from rapid_llm.kernels.ops.moe.moe_topk_gate.native import OP, check
 
 #: Elements of a program's [tokens, experts] tile.
 TILE = 4096
+#: Up to this many tokens on a GPU each program takes one: a program's time is its dependent chain (k picks of
+#: reductions over its tile), and 16 tokens of DeepSeek-V3's 256 experts in one program made it 14.9 us on an H100
+#: where one token took 8.8 (T = 16 against T = 1, cold L2); up to 128 programs are one per SM of an H100 / H200
+#: (132). The CPU interpreter keeps the blocks: its cost is per program (3x the time of the rows' CPU checks).
+ONE_TOKEN_PROGRAMS = 128
+
+
+def tokens_per_program(tokens: int, block_e: int, on_gpu: bool) -> int:
+    """BLOCK_T: one token per program for a GPU's decode sizes, else as many as fill the TILE."""
+    if on_gpu and tokens <= ONE_TOKEN_PROGRAMS:
+        return 1
+    return max(1, min(triton.next_power_of_2(tokens), TILE // block_e))
 
 
 @triton.jit
@@ -123,7 +136,7 @@ def moe_topk_gate(logits: torch.Tensor, k: int, scoring: str = "softmax", renorm
     if tokens == 0:
         return weights, ids
     block_e = triton.next_power_of_2(experts)
-    block_t = max(1, min(triton.next_power_of_2(tokens), TILE // block_e))
+    block_t = tokens_per_program(tokens, block_e, logits.is_cuda)
     bias_arg = bias if bias is not None else weights  # never read without HAS_BIAS
     _gate_kernel[(triton.cdiv(tokens, block_t),)](
         logits, bias_arg, weights, ids, tokens, experts, logits.stride(0), logits.stride(1), weights.stride(0),
