@@ -208,7 +208,10 @@ def test_host_and_device_must_agree_on_signatures(tmp_path):
     ("host", ("int64_t version() { return VERSION; }", "int64_t version() { return VERSION }")),
     ("device", ("__global__ void fill_kernel(float* out, float value) { out[threadIdx.x] = value; }",
                 "__global__ void fill_kernel(float* out, float value) { out[threadIdx.x] = value }")),
-])
+    # NVRTC has no C++ standard library; without libnvrtc, the nvcc fallback refuses it too (nvcc would accept it)
+    ("device", ("__global__ void fill_kernel(float* out, float value) { out[threadIdx.x] = value; }",
+                "__global__ void fill_kernel(float* out, float value) { out[threadIdx.x] = std::max(value, 0.f); }")),
+], ids=["host", "device", "device-std"])
 def test_compile_errors_point_at_the_cell_line(tmp_path, where, broken):
     text = CELL.replace(*broken)
     src = write_cell(tmp_path / "broken.cu", text=text)

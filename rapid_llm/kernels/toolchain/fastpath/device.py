@@ -20,7 +20,8 @@ from typing import Sequence
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.toolchain.fastpath.symbols import KernelRef, cubin_functions
 
-__all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "nvrtc_identity", "arch_name"]
+__all__ = ["DeviceCode", "DeviceCompileError", "compile_device", "nvrtc_library", "nvrtc_identity", "nvrtc_only_errors",
+           "arch_name"]
 
 
 class DeviceCompileError(RuntimeError):
@@ -173,11 +174,43 @@ def _nvrtc_checker(lib: ctypes.CDLL):
     return check
 
 
+_STD_NAME = re.compile(r"(?<![\w:])std::\w+")
+_STD_HEADER = re.compile(r"^\s*#\s*include\s*<([a-z_]+)>")  # <type_traits>, <cstdint>: no ".h", no folder
+
+
+def nvrtc_only_errors(source: Path) -> list[str]:
+    """What NVRTC would reject in ``source``'s ``#if RL_DEVICE`` part though nvcc accepts it: the C++ standard
+    library (``std::``, ``#include <type_traits>``), which nvcc's device pass reaches through the host compiler's
+    headers and NVRTC does not have. The nvcc fallback refuses these too, in the compilers' ``file(line): error``
+    form, so a machine without libnvrtc (CPU CI) accepts only what a GPU machine's build accepts."""
+    errors, depth = [], 0
+    for number, line in enumerate(source.read_text(errors="replace").splitlines(), 1):
+        code = line.split("//", 1)[0]
+        directive = code.strip()
+        if depth == 0:
+            depth = 1 if re.match(r"#\s*if\s+RL_DEVICE\b", directive) else 0
+            continue
+        if re.match(r"#\s*if", directive):
+            depth += 1
+        elif re.match(r"#\s*endif", directive):
+            depth -= 1
+        found = _STD_NAME.search(code) or _STD_HEADER.match(code)
+        if depth and found:
+            errors.append(f"{source}({number}): error: {found[0].strip()!r} in device code: NVRTC (the device pass of "
+                          "a GPU machine's build) has no C++ standard library; use a CUDA builtin, cuda::std:: "
+                          "(<cuda/std/...>) or a small template of your own")
+    return errors
+
+
 def _compile_nvcc(source: Path, kernels: Sequence[KernelRef], arch: str, flags: Sequence[str],
                   include_dirs: Sequence[Path], work_dir: Path) -> DeviceCode:
     nvcc = platform.nvcc_path()
     if nvcc is None:
         raise DeviceCompileError("device pass: neither libnvrtc nor nvcc was found", "")
+    portability = nvrtc_only_errors(source)
+    if portability:
+        raise DeviceCompileError("device pass (nvcc -cubin) refused what NVRTC cannot compile",
+                                 "\n".join(portability) + "\n")
     wrapper = work_dir / "device_pass.cu"
     lines = [f'#include "{source}"']
     lines += [k.instantiation for k in kernels if k.is_template]

@@ -108,6 +108,10 @@ __device__ __forceinline__ long long weight_of(uint32_t key) {
   return key == 0 ? 0 : static_cast<long long>(__uint_as_float(key + kKeyBias));
 }
 
+// A token's raw bits when a group of W tokens fills 16 bytes (NVRTC has no <type_traits>).
+template <int W> struct TokenBits { using type = unsigned short; };
+template <> struct TokenBits<4> { using type = unsigned; };
+
 // One row: where it is, how a value becomes a key, and which groups of it each warp reads. A row has at most
 // 2^21 tokens (the launcher checks), so int indexes within it.
 template <typename T>
@@ -125,7 +129,7 @@ struct Row {
   __device__ __forceinline__ uint4 load(int g) const {
     const int c0 = g * W;
     if (aligned && c0 + W <= vocab) return __ldg(reinterpret_cast<const uint4*>(ptr + c0));
-    using U = std::conditional_t<W == 4, unsigned, unsigned short>;  // a token's bits
+    using U = typename TokenBits<W>::type;
     const U* bits = reinterpret_cast<const U*>(ptr);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
