@@ -33,16 +33,16 @@ def _runnable(name: str) -> torch.device:
 
 
 #: The dtypes a Triton row is verified in by Triton's CPU interpreter (test_row_passes_its_reference_... says why).
-INTERPRETED_DTYPES = ("fp32", "fp16")
+INTERPRETED_DTYPES = ("fp32",)
 
 
 @pytest.mark.parametrize("name", _all_rows())
 def test_row_passes_its_reference_and_holds_its_record(name):
     """verify, in every dtype the row takes, passes and measures no diff above the shipped record. A Triton row in
-    the CPU interpreter is verified in fp32 and fp16 only: the interpreter truncates fp32 -> bf16 where a GPU rounds
-    to nearest, so its bf16 results say little of the row's (they pass the tolerance but can sit one ulp further from
-    the baseline than the record), and they cost a third of the interpreter's time; this test on CUDA verifies the
-    Triton rows in every dtype and holds each record."""
+    the CPU interpreter is verified in fp32 only: the interpreter computes half dtypes with numpy, not as a GPU does
+    (it truncates fp32 -> bf16 where a GPU rounds to nearest), so its half results say little of the row's, and each
+    dtype costs as much interpreter time as fp32; this test on CUDA, in the GPU suite, verifies the Triton rows in
+    every dtype and holds each record."""
     device = _runnable(name)
     row = spec.get_row(name)
     shipped = row.golden
