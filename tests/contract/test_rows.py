@@ -13,6 +13,7 @@ import torch
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.registry import spec
 from rapid_llm.kernels.verification.golden import verify
+from tests.contract.cheats.shipped import INTERPRETED_DTYPES
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -32,8 +33,6 @@ def _runnable(name: str) -> torch.device:
     return device
 
 
-#: The dtypes a Triton row is verified in by Triton's CPU interpreter (test_row_passes_its_reference_... says why).
-INTERPRETED_DTYPES = ("fp32",)
 
 
 @pytest.mark.parametrize("name", _all_rows())
