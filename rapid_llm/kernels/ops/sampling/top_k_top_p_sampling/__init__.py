@@ -54,10 +54,8 @@ DECLARATION = define_op(
             # the floor's ids on edge rows at vocabularies 1 to 131072 in every dtype, strided and unaligned rows).
             golden=GoldenRecord(verified=True, max_abs_diff=None, baseline="native/top_k_top_p_sampling"),
             graph_safe=True,
-            description="top_k_top_p_sampling.cu: a block per row; k <= 1024: a bound on the top k (the values' "
-                        "histogram in the max pass, or a radix select stopped early), one pass gathering the at most "
-                        "1024 tokens above it, solved in shared memory; else radix selects of the k-th weight and the "
-                        "nucleus boundary, then a draw in id order",
+            description="top_k_top_p_sampling.cu: a block per row, radix selects of the k-th weight and the nucleus "
+                        "boundary on shared histograms, then a draw in id order",
         ),
     ],
 )

@@ -12,36 +12,22 @@
 // and temperature [B] fp32, each an empty tensor for none; seed_offset [2] int64, read on the device (a CUDA
 // graph draws anew when the caller advances the offset in place).
 //
-// A block of 512 threads per row. Every pass reads the row with 16-byte loads (4 in flight a thread, the body
-// compiled once for them) where the row is 16-byte aligned, scalar loads otherwise and for the last partial
-// group; warp w reads the w-th of 16 contiguous segments, so the segments are in id order. A weight is an fp32
-// integer F = floor(e * 2^32), and its 32-bit key (0 for F = 0, else F's bits - 0x3F7FFFFF) orders tokens as
-// their weights do, ties included:
+// A block of 512 threads per row. Every pass reads the row with 16-byte loads (4 in flight a thread) where the
+// row is 16-byte aligned, scalar loads otherwise and for the last partial group; warp w reads the w-th of 16
+// contiguous segments, so the segments are in id order. A weight is an fp32 integer F = floor(e * 2^32), and
+// its 32-bit key (0 for F = 0, else F's bits - 0x3F7FFFFF) orders tokens as their weights do, ties included:
 //   1. the row's largest value m (a pass);
 //   2. tau_k, the k-th largest key, by a radix select over the key's bits 31..21, 20..10 and 9..0 (a pass each,
-//      a 2048-bin shared histogram of counts, and of int64 masses where p is on and k > 1024), and ties_k, how
-//      many of tau_k's equal keys the first k hold; k off none.
-//      The gather path (k <= 1024) gathers (key, id) of every token whose key is >= a bound lo <= tau_k into
-//      shared memory, where they are at most 1024, and ends there: each token's position in the order is the
-//      count of tokens before it (a compare a token pair, no sort), a scan of the weights in that order gives W_k
-//      and the nucleus (a prefix of the first k), and the draw sums, for each kept token, the kept weights of
-//      lower ids. The bound: from probabilities, pass 1 also counts the values by their bits 30..20 (no
-//      division); a key is a nondecreasing function of the value, so the key of the lowest value of the bin
-//      holding the k-th value is <= tau_k, and the gather passes over values below one it can compute without a
-//      division. Where that bin's tokens and those above are more than 1024, or the gather finds more (lower
-//      values rounding to the same key), or from logits, the radix select above stops at the first level
-//      whose bin and those above are at most 1024 tokens, and the gather takes that bin's lowest key. A tie
-//      group at tau_k too long for 1024 tokens takes the general path (below), with a pass for the mass above
-//      tau_k where p is on.
+//      a 2048-bin shared histogram of counts, and of int64 masses where p is on), and ties_k, how many of
+//      tau_k's equal keys the first k hold; k = 1 takes one pass (the largest key), k off none;
 //   3. the nucleus (p < 1): tau_f, the smallest key >= tau_k whose mass above is < p W_k, by the same radix
 //      select on masses (three passes), then how many of tau_f's equal tokens (in id order) it keeps, n_f;
 //   4. the kept set is every key > tau_f and the first n_f tokens of key tau_f: where that group is split, a pass
 //      of per-segment counts and a walk of one segment find its n_f-th token; then a pass of per-segment kept
 //      masses gives W_L and the segment holding the draw, which the block walks 512 groups a step with a scan.
-//      A lone kept token (a greedy row's tie group, p tiny) is the answer after the first walk.
-// Passes: 2 on the gather path from probabilities where the value bound holds (FlashInfer's bench rows: k <= 100),
-// else 1 + 1 to 3 + 1 (a greedy row from logits: 3); otherwise 1 + 3 + 3 + 1 with k and p both on (one more where
-// a tie group is split). Every sum is an int64 sum, so the order threads add in cannot move a draw.
+//      A lone kept token (a greedy row, p tiny) is the answer after the first walk.
+// Passes: 1 + 3 + 3 + 1 with k and p both on (one more where a tie group is split), 3 for a greedy row. Every
+// sum is an int64 sum, so the order threads add in cannot move a draw.
 #include "common/rapid_llm.cuh"
 
 namespace sampling_detail {
@@ -51,10 +37,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kInFlight = 4;   // 16-byte loads a thread issues before using them
 constexpr int kBins = 2048;    // the widest digit: 11 bits
 constexpr int kOwned = kBins / kThreads;  // bins a thread scans
-constexpr int kCap = 1024;     // tokens the gather path holds: k <= kCap takes it
-constexpr int kPer = kCap / kThreads;     // positions of the gathered order a thread owns
 static_assert(kWarps <= 32 && kBins % kThreads == 0, "a warp scans the warps' values; bins split evenly");
-static_assert(kCap % kThreads == 0, "the gathered positions split evenly");
 
 }  // namespace sampling_detail
 
@@ -66,18 +49,20 @@ constexpr float kFltMax = 3.4028234663852886e38f;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr unsigned kKeyBias = 0x3F7FFFFFu;  // the bits of 1.0f less one: F = 1 has key 1
 
-// A token's bits and value: T is float, or unsigned short for bf16 and fp16, which share one kernel (they
-// differ only in this conversion, told apart by a flag: a select a token against a kernel's worth of code). A
-// group of W tokens travels as the 16 bytes of one load (4 registers whatever the dtype), in memory order:
-// token j of a 16-bit dtype in word j / 2, the lower half for even j.
+// A dtype's bits and value. A group of W tokens travels as the 16 bytes of one load (4 registers whatever the
+// dtype), in memory order: token j of a 16-bit dtype in word j / 2, the lower half for even j.
 template <typename T> struct Bits;
 template <> struct Bits<float> {
-  __device__ static float value(unsigned b, bool) { return __uint_as_float(b); }
+  using U = unsigned;
+  __device__ static float value(unsigned b) { return __uint_as_float(b); }
 };
-template <> struct Bits<unsigned short> {
-  __device__ static float value(unsigned b, bool bf16) {  // a bf16 is the upper half of its fp32
-    return bf16 ? __uint_as_float(b << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
-  }
+template <> struct Bits<__half> {
+  using U = unsigned short;
+  __device__ static float value(unsigned b) { return __half2float(__ushort_as_half(static_cast<unsigned short>(b))); }
+};
+template <> struct Bits<__nv_bfloat16> {
+  using U = unsigned short;
+  __device__ static float value(unsigned b) { return __uint_as_float(b << 16); }  // the upper half of its fp32
 };
 
 __device__ __forceinline__ unsigned word(const uint4& r, int i) {
@@ -108,10 +93,6 @@ __device__ __forceinline__ long long weight_of(uint32_t key) {
   return key == 0 ? 0 : static_cast<long long>(__uint_as_float(key + kKeyBias));
 }
 
-// A token's raw bits when a group of W tokens fills 16 bytes (NVRTC has no <type_traits>).
-template <int W> struct TokenBits { using type = unsigned short; };
-template <> struct TokenBits<4> { using type = unsigned; };
-
 // One row: where it is, how a value becomes a key, and which groups of it each warp reads. A row has at most
 // 2^21 tokens (the launcher checks), so int indexes within it.
 template <typename T>
@@ -120,7 +101,7 @@ struct Row {
   const T* ptr;
   int vocab, groups, seg;  // seg: groups per warp
   float m, t;
-  bool aligned, logits, bf16;
+  bool aligned, logits;
 
   __device__ int begin(int warp) const { return min(groups, warp * seg); }
   __device__ int end(int warp) const { return min(groups, (warp + 1) * seg); }
@@ -129,7 +110,7 @@ struct Row {
   __device__ __forceinline__ uint4 load(int g) const {
     const int c0 = g * W;
     if (aligned && c0 + W <= vocab) return __ldg(reinterpret_cast<const uint4*>(ptr + c0));
-    using U = typename TokenBits<W>::type;
+    using U = typename Bits<T>::U;
     const U* bits = reinterpret_cast<const U*>(ptr);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -139,27 +120,21 @@ struct Row {
   }
 
   // Token j of a group's bits, as a float.
-  __device__ __forceinline__ float value(const uint4& r, int j) const {
+  __device__ __forceinline__ static float value(const uint4& r, int j) {
     const unsigned w = word(r, j / (W / 4));
-    return Bits<T>::value(W == 4 ? w : (j % 2 == 0 ? w & 0xffffu : w >> 16), bf16);
+    return Bits<T>::value(W == 4 ? w : (j % 2 == 0 ? w & 0xffffu : w >> 16));
   }
 
   // Step 1 of the floor's rule. F is an fp32 integer >= 0, so its bits order tokens as their weights do.
-  // One division serves both paths (a division is the longest part of the body): exp(div_rn(x - m, T)) from
-  // logits, div_rn(p, m) from probabilities.
   __device__ __forceinline__ uint32_t key(float v) const {
-    float num, den;
+    float e;
     if (logits) {
-      num = (v != v ? -kInf : fminf(v, kFltMax)) - m;
-      den = t;
-    } else {
-      num = v != v ? 0.0f : fminf(fmaxf(v, 0.0f), kFltMax);
-      den = m > 0.0f ? m : 1.0f;
-    }
-    float e = __fdiv_rn(num, den);
-    if (logits) {
-      e = expf(e);
+      v = v != v ? -kInf : fminf(v, kFltMax);
+      e = expf(__fdiv_rn(v - m, t));
       if (!(m > -kInf) || e != e) e = 0.0f;
+    } else {
+      v = v != v ? 0.0f : fminf(fmaxf(v, 0.0f), kFltMax);
+      e = __fdiv_rn(v, m > 0.0f ? m : 1.0f);
     }
     const float f = floorf(e * 4294967296.0f);
     return f > 0.0f ? __float_as_uint(f) - kKeyBias : 0u;  // f > 0: a -0 is key 0
@@ -176,18 +151,14 @@ __device__ __forceinline__ void for_each(const Row<T>& r, F&& f) {
     uint4 v[kInFlight];
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) v[i] = g + 32 * i < end ? r.load(g + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
-    // The loads are in flight together; the body is compiled once, not kInFlight times: v[0] is the group at
-    // hand and the others move down a place after it (a few moves against the body's tens of instructions).
-#pragma unroll 1
+#pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
       const int c0 = (g + 32 * i) * W;
       if (g + 32 * i < end) {
 #pragma unroll
         for (int j = 0; j < W; ++j)
-          if (c0 + j < r.vocab) f(c0 + j, r.value(v[0], j));
+          if (c0 + j < r.vocab) f(c0 + j, Row<T>::value(v[i], j));
       }
-#pragma unroll
-      for (int n = 0; n + 1 < kInFlight; ++n) v[n] = v[n + 1];
     }
   }
 }
@@ -202,36 +173,27 @@ struct Pick {
   long long above_m;        // the mass above it: of its range's bins above it, or (nucleus) of every key above
 };
 
-struct Histogram {
+struct Shared {
   unsigned cnt[kBins];
   unsigned long long mass[kBins];
-};
-
-// The gathered tokens (at most kCap): as gathered (order_of: key and id in one integer), then in the order
-// (w descending, ties to the lower id) with the inclusive sums of their weights.
-struct Gathered {
-  unsigned long long order[kCap];
-  int sorted_id[kCap];
-  long long incl[kCap];
-};
-
-struct Shared {
-  union {  // the histogram is dead once the gather starts
-    Histogram h;
-    Gathered g;
-  };
   Pair pairs[kWarps];
   long long seg[kWarps];  // per-segment sums, in id order
   long long scan[kWarps];
   float fred[kWarps];
+  unsigned ured[kWarps];
   Pick pick;
-  int qualified, top, n, kept;
+  int qualified, top;
   long long found;
 };
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ unsigned warp_max(unsigned v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(kFull, v, o));
   return v;
 }
 __device__ __forceinline__ long long warp_sum(long long v) {
@@ -309,8 +271,8 @@ template <typename T>
 __device__ __forceinline__ void histogram(const Row<T>& r, Shared& s, int level, uint32_t prefix, uint32_t mask,
                                           uint32_t lowest, bool with_mass) {
   for (int i = threadIdx.x; i < kBins; i += kThreads) {
-    s.h.cnt[i] = 0;
-    s.h.mass[i] = 0;
+    s.cnt[i] = 0;
+    s.mass[i] = 0;
   }
   if (threadIdx.x == 0) {
     s.qualified = kBins;
@@ -326,13 +288,13 @@ __device__ __forceinline__ void histogram(const Row<T>& r, Shared& s, int level,
       ++zeros;
     } else if (key >= lowest && (key & mask) == prefix) {
       const uint32_t d = (key >> shift) & digits;
-      atomicAdd(&s.h.cnt[d], 1u);
-      if (with_mass) atomicAdd(&s.h.mass[d], static_cast<unsigned long long>(weight_of(key)));
+      atomicAdd(&s.cnt[d], 1u);
+      if (with_mass) atomicAdd(&s.mass[d], static_cast<unsigned long long>(weight_of(key)));
     }
   });
   zeros = warp_sum(zeros);
   if (threadIdx.x % 32 == 0 && zeros > 0 && lowest == 0 && prefix == 0)  // key 0 is in the range
-    atomicAdd(&s.h.cnt[0], static_cast<unsigned>(zeros));
+    atomicAdd(&s.cnt[0], static_cast<unsigned>(zeros));
   __syncthreads();
 }
 
@@ -351,8 +313,8 @@ __device__ __forceinline__ Owned owned_bins(Shared& s, int level) {
 #pragma unroll
   for (int i = 0; i < kOwned; ++i) {
     const bool mine = o.top_bin - i >= 0;
-    o.c[i] = mine ? static_cast<int>(s.h.cnt[o.top_bin - i]) : 0;
-    o.m[i] = mine ? static_cast<long long>(s.h.mass[o.top_bin - i]) : 0;
+    o.c[i] = mine ? static_cast<int>(s.cnt[o.top_bin - i]) : 0;
+    o.m[i] = mine ? static_cast<long long>(s.mass[o.top_bin - i]) : 0;
     own.c += o.c[i];
     own.m += o.m[i];
   }
@@ -362,16 +324,13 @@ __device__ __forceinline__ Owned owned_bins(Shared& s, int level) {
 }
 
 // Step 2: the key of rank k (1-based, from the largest). ties: how many of its equal keys the first k hold;
-// equal: how many tokens have it; above_mass: the mass of the keys above it (0 unless with_mass). Returns true
-// where it stopped early instead: once the keys >= the chosen bin's lowest key are at most cap tokens (those
-// hold the first k), tau is that lowest key and the rest is unset.
+// equal: how many tokens have it; above_mass: the mass of the keys above it (0 unless with_mass).
 template <typename T>
-__device__ bool select_kth(const Row<T>& r, Shared& s, long long k, bool with_mass, int cap, uint32_t& tau,
-                           long long& ties, long long& equal, long long& above_mass) {
+__device__ void select_kth(const Row<T>& r, Shared& s, long long k, bool with_mass, uint32_t& tau, long long& ties,
+                           long long& equal, long long& above_mass) {
   uint32_t prefix = 0, mask = 0;
   int rank = static_cast<int>(k);  // k < vocab <= 2^21
   above_mass = 0;
-#pragma unroll 1  // one copy of the inlined pass, not three
   for (int level = 0; level < 3; ++level) {
     histogram(r, s, level, prefix, mask, 0u, with_mass);
     const Owned o = owned_bins(s, level);
@@ -391,14 +350,9 @@ __device__ bool select_kth(const Row<T>& r, Shared& s, long long k, bool with_ma
     rank -= p.above_c;
     above_mass += p.above_m;
     equal = p.count;
-    if (k - rank + p.count <= cap) {  // the keys above the bin (k - rank of them) and the bin's own; block-uniform
-      tau = prefix;
-      return true;
-    }
   }
   tau = prefix;
   ties = rank;
-  return false;
 }
 
 // Step 3: the smallest key >= lowest whose mass above is < big (big = p W_k; where k is off, W_k is the row's
@@ -409,7 +363,6 @@ __device__ void select_nucleus(const Row<T>& r, Shared& s, uint32_t lowest, doub
                                uint32_t& tau, long long& above, long long& equal) {
   uint32_t prefix = 0, mask = 0;
   long long base = 0;  // the mass of the keys above the prefix's range
-#pragma unroll 1
   for (int level = 0; level < 3; ++level) {
     histogram(r, s, level, prefix, mask, lowest, true);
     const Owned o = owned_bins(s, level);
@@ -476,17 +429,17 @@ __device__ __forceinline__ long long locate(const Row<T>& r, Shared& s, Val&& va
       if (g < end) {
 #pragma unroll
         for (int j = 0; j < W; ++j)
-          if (g * W + j < r.vocab) own += val(g * W + j, r.key(r.value(v, j)));
+          if (g * W + j < r.vocab) own += val(g * W + j, r.key(Row<T>::value(v, j)));
       }
       long long total;
       const long long incl = base + block_scan(own, s.scan, total);
       if (incl - own <= target && target < incl) {  // one thread: its group holds the token
         long long run = incl - own;
         bool done = false;
-#pragma unroll 1  // one thread, once a walk: one copy of the body
+#pragma unroll
         for (int j = 0; j < W; ++j) {
           if (!done && g * W + j < r.vocab) {
-            run += val(g * W + j, r.key(r.value(v, j)));
+            run += val(g * W + j, r.key(Row<T>::value(v, j)));
             if (run > target) {
               s.found = g * W + j;
               done = true;
@@ -504,191 +457,11 @@ __device__ __forceinline__ long long locate(const Row<T>& r, Shared& s, Val&& va
   return found;
 }
 
-// The mass of the keys above tau (a pass), where select_kth counted no masses.
-template <typename T>
-__device__ long long mass_above(const Row<T>& r, Shared& s, uint32_t tau) {
-  segment_sums(r, s, [&](int, uint32_t key) -> long long { return key > tau ? weight_of(key) : 0; });
-  long long sum = 0;
-  for (int i = 0; i < kWarps; ++i) sum += s.seg[i];
-  return sum;
-}
-
-// The draw's target for kept weights summing to w_l > 0: t = min(floor(bits53 * 2^-53 * w_l), w_l - 1).
-__device__ __forceinline__ long long draw_target(const int64_t* seed_offset, long long row, long long w_l) {
-  const double u = static_cast<double>(bits53(seed_offset[0], seed_offset[1], row)) * 1.1102230246251565e-16;
-  return min(static_cast<long long>(floor(u * static_cast<double>(w_l))), w_l - 1);
-}
-
-// The order as one integer, larger first: the larger key, then the lower id (ids are below 2^21).
-__device__ __forceinline__ unsigned long long order_of(uint32_t key, int id) {
-  return (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<unsigned>(id));
-}
-
-// From probabilities, the least value a key >= lo >= 1 needs, found without a division: that key needs
-// e = div_rn(v, m) >= q = weight_of(lo) 2^-32, an fp32 number >= 2^-32, so v / m >= q (1 - 2^-24) (one rounding
-// to nearest), and v >= q m (1 - 2^-20) in float64 (q m exact, the factor's rounding far inside the margin),
-// rounded down to fp32. A screen only: a token past it still takes the exact key.
-template <typename T>
-__device__ __forceinline__ float least_value(const Row<T>& r, uint32_t lo) {
-  return __double2float_rd(static_cast<double>(weight_of(lo)) * 0x1p-32 * static_cast<double>(r.m) * (1.0 - 0x1p-20));
-}
-
-// The gather pass: every token whose key is >= lo, in arrival order; a slot past kCap is never written. Returns
-// how many there are (more than kCap: too many to gather). From probabilities, a token below least_value (most
-// of the row) is passed over without its key's division.
-template <typename T>
-__device__ int gather(const Row<T>& r, Shared& s, uint32_t lo) {
-  const bool screen = !r.logits && lo > 0;  // from logits (exp's rounding) or with key 0 kept: every key
-  const float least = screen ? least_value(r, lo) : 0.0f;
-  if (threadIdx.x == 0) s.n = 0;
-  __syncthreads();
-  for_each(r, [&](int col, float v) {
-    if (screen && !(v >= least)) return;  // NaN, negatives, and values whose key is < lo
-    const uint32_t key = r.key(v);
-    if (key >= lo) {  // a few hundred tokens of the row: one atomic each
-      const int slot = atomicAdd(&s.n, 1);
-      if (slot < kCap) s.g.order[slot] = order_of(key, col);
-    }
-  });
-  __syncthreads();
-  return s.n;
-}
-
-// Thread t's tokens t, t + kThreads, ... of the n gathered go to their positions in the order: a position is
-// the count of tokens before it (a broadcast read and a compare per token, no sort), distinct since ids are;
-// only warps holding a token take the loop. g.incl holds each position's weight until scan_weights.
-__device__ __forceinline__ void place_in_order(Gathered& g, int n) {
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) {
-    const int i = static_cast<int>(threadIdx.x) + e * kThreads;
-    if (i < n) {
-      const unsigned long long mine = g.order[i];
-      int pos = 0;
-      for (int j = 0; j < n; ++j) pos += g.order[j] > mine;
-      g.sorted_id[pos] = static_cast<int>(0xffffffffu - static_cast<uint32_t>(mine));
-      g.incl[pos] = weight_of(static_cast<uint32_t>(mine >> 32));
-    }
-  }
-  __syncthreads();
-}
-
-// g.incl from each position's weight to the inclusive sum of the weights up to it; thread t owns positions
-// t kPer .. t kPer + kPer - 1.
-__device__ __forceinline__ void scan_weights(Shared& s, int n) {
-  long long w[kPer], own = 0;
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) {
-    const int j = static_cast<int>(threadIdx.x) * kPer + e;
-    w[e] = j < n ? s.g.incl[j] : 0;
-    own += w[e];
-  }
-  long long total;
-  long long run = block_scan(own, s.scan, total) - own;
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) {
-    const int j = static_cast<int>(threadIdx.x) * kPer + e;
-    run += w[e];
-    if (j < n) s.g.incl[j] = run;
-  }
-  __syncthreads();
-}
-
-// Steps 2 to 4 on the n gathered tokens, which hold the first k of the order: the first k positions, the nucleus
-// (the prefix of them whose sum before each is < p W_k, the first always; L tokens), and the draw among them in
-// id order, each kept token summing the kept weights of lower ids. Returns the drawn id (every thread).
-__device__ long long draw_gathered(Shared& s, int n, int k, bool p_cut, double p, const int64_t* seed_offset,
-                                   long long row) {
-  Gathered& g = s.g;
-  k = min(k, n);  // n >= k: select_kth's counts
-  if (threadIdx.x == 0) {
-    s.kept = k;
-    s.found = -1;
-  }
-  place_in_order(g, n);
-  scan_weights(s, n);
-  if (p_cut) {
-    const double big = p * static_cast<double>(g.incl[k - 1]);
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {  // the first position whose sum before it is not < big (kept: a prefix)
-      const int j = static_cast<int>(threadIdx.x) * kPer + e;
-      if (j >= 1 && j < k && !(static_cast<double>(g.incl[j - 1]) < big)) atomicMin(&s.kept, j);
-    }
-    __syncthreads();
-  }
-  const int kept = s.kept;
-  const long long w_l = g.incl[kept - 1];
-  if (w_l == 0) return 0;  // block-uniform; every weight 0: the first kept token is id 0
-  const long long t = draw_target(seed_offset, row, w_l);
-  long long before[kPer] = {};  // the kept weights of lower ids than each of this thread's positions
-  int id[kPer];
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) id[e] = g.sorted_id[min(static_cast<int>(threadIdx.x) * kPer + e, kept - 1)];
-  if (static_cast<int>(threadIdx.x) * kPer < kept) {
-    long long prev = 0;
-    for (int i = 0; i < kept; ++i) {
-      const long long wi = g.incl[i] - prev;
-      prev = g.incl[i];
-      const int other = g.sorted_id[i];
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) before[e] += other < id[e] ? wi : 0;
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) {  // the one kept token whose interval [before, before + w) holds t
-    const int j = static_cast<int>(threadIdx.x) * kPer + e;
-    if (j < kept) {
-      const long long wj = g.incl[j] - (j > 0 ? g.incl[j - 1] : 0);
-      if (before[e] <= t && t < before[e] + wj) s.found = id[e];
-    }
-  }
-  __syncthreads();
-  return s.found;
-}
-
-// Step 1 and a bound on the first k in one pass, from probabilities with k <= kCap: the row's largest value
-// r.m and a histogram of the values' bits 30..20 (a value, >= 0 once NaN and negatives are 0, orders as its bits
-// do; no division). The bin holding the k-th largest value has a lowest value v_B <= that value, and a key is a
-// nondecreasing function of the value, so lo = key(v_B) <= tau_k: the keys >= lo hold the first k. They are
-// the values from that bin up and any lower values that round to the key lo (the gather counts them). Returns
-// false where the values from that bin up are more than kCap, or lo is 0 (every token would be gathered).
-template <typename T>
-__device__ bool bound_by_value(Row<T>& r, Shared& s, long long k, uint32_t& lo) {
-  for (int i = threadIdx.x; i < kBins; i += kThreads) {
-    s.h.cnt[i] = 0;
-    s.h.mass[i] = 0;
-  }
-  __syncthreads();
-  float m = -kInf;
-  long long zeros = 0;  // NaN, negatives and zeros: bin 0, counted in registers as in histogram
-  for_each(r, [&](int, float v) {
-    v = v != v ? 0.0f : fminf(fmaxf(v, 0.0f), kFltMax);
-    m = fmaxf(m, v);
-    if (v > 0.0f) atomicAdd(&s.h.cnt[__float_as_uint(v) >> 20], 1u);  // bits below 0x7F800000: bins < 2040
-    else ++zeros;
-  });
-  zeros = warp_sum(zeros);
-  if (threadIdx.x % 32 == 0 && zeros > 0) atomicAdd(&s.h.cnt[0], static_cast<unsigned>(zeros));
-  r.m = block_max(m, s.fred, -kInf);  // its barriers end the histogram's atomics
-  const Owned o = owned_bins(s, 0);
-  int above_c = o.above.c;
-#pragma unroll
-  for (int i = 0; i < kOwned; ++i) {  // exactly one bin holds the k-th value (k < vocab)
-    if (above_c < k && k <= above_c + o.c[i]) s.pick = {o.top_bin - i, above_c, o.c[i], 0};
-    above_c += o.c[i];
-  }
-  __syncthreads();
-  const Pick p = s.pick;
-  if (p.above_c + p.count > kCap) return false;  // block-uniform
-  lo = r.key(__uint_as_float(static_cast<uint32_t>(p.bin) << 20));
-  return lo > 0;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int64_t* __restrict__ out, const T* __restrict__ x, int64_t row_stride, int64_t vocab,
                   const int64_t* __restrict__ top_k, const float* __restrict__ top_p,
-                  const float* __restrict__ temperature, const int64_t* __restrict__ seed_offset, bool from_logits,
-                  bool bf16) {
+                  const float* __restrict__ temperature, const int64_t* __restrict__ seed_offset, bool from_logits) {
   __shared__ Shared s;
   rl::wait_for_prior_grids();
   const int64_t b = blockIdx.x;
@@ -703,7 +476,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   r.seg = (r.groups + kWarps - 1) / kWarps;
   r.aligned = (reinterpret_cast<unsigned long long>(r.ptr) & 15ull) == 0;
   r.logits = from_logits;
-  r.bf16 = bf16;
   r.t = 1.0f;
   bool greedy = false;
   if (temperature != nullptr) {
@@ -724,47 +496,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   // k = 1 there is one token to keep.
   const bool p_cut = p < 1.0 && k != 1;
 
-  // The gather path: k <= kCap, unless the tokens that can hold the first k are too many for it.
-  const bool small = k_cut && k <= kCap;
-
-  // Step 1: the largest value; from probabilities on the gather path, with a bound lo on the first k.
-  uint32_t lo = 0;
-  bool bounded = false;
-  if (small && !from_logits) {
-    bounded = bound_by_value(r, s, k, lo);
-  } else {
-    float m = -kInf;
-    for_each(r, [&](int, float v) {
-      v = from_logits ? (v != v ? -kInf : v) : (v != v ? 0.0f : fmaxf(v, 0.0f));
-      m = fmaxf(m, fminf(v, kFltMax));
-    });
-    r.m = block_max(m, s.fred, -kInf);
-  }
+  // Step 1: the largest value.
+  float m = -kInf;
+  for_each(r, [&](int, float v) {
+    v = from_logits ? (v != v ? -kInf : v) : (v != v ? 0.0f : fmaxf(v, 0.0f));
+    m = fmaxf(m, fminf(v, kFltMax));
+  });
+  r.m = block_max(m, s.fred, -kInf);
 
   // Step 2: the first k are every key > tau_k and the first ties_k tokens of key tau_k.
   uint32_t tau_k = 0;
   long long ties_k = 0, equal_k = -1, above_k = 0;  // equal_k -1: not counted
-  if (k_cut) {
-    // The gather path tries the value bound first; where it has none or gathers too many, the radix select on
-    // keys, stopped where its counts allow a gather (of exactly those counts, at most kCap). Where k > kCap, or
-    // that select runs to its end, the general path goes on from its tau_k. One loop and one call of each, so
-    // that each pass is compiled once.
-    int n = kCap + 1;
-#pragma unroll 1
-    for (int tries = 0; tries < 2 && n > kCap; ++tries) {
-      if (!bounded) {
-        if (!select_kth(r, s, k, p_cut && !small, small ? kCap : 0, tau_k, ties_k, equal_k, above_k)) break;
-        lo = tau_k;  // block-uniform, as every branch here
-      }
-      bounded = false;
-      n = gather(r, s, lo);
-    }
-    if (n <= kCap) {
-      const long long answer = draw_gathered(s, n, static_cast<int>(k), p_cut, p, seed_offset, b);
-      if (threadIdx.x == 0) out[b] = answer;
-      return;
-    }
-    if (small && p_cut) above_k = mass_above(r, s, tau_k);  // the select counted no masses
+  if (k == 1) {
+    unsigned top = 0;
+    for_each(r, [&](int, float v) { top = max(top, r.key(v)); });
+    tau_k = block_max(top, s.ured, 0u);
+    ties_k = 1;
+  } else if (k_cut) {
+    select_kth(r, s, k, p_cut, tau_k, ties_k, equal_k, above_k);
   }
 
   // Step 3: the kept set is every key > tau_f and the first n_f tokens of key tau_f, in id order.
@@ -817,7 +566,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (w_l == 0) {
       answer = 0;  // every weight 0: the first kept token is id 0
     } else {
-      answer = locate(r, s, kept, draw_target(seed_offset, b, w_l));
+      const double u = static_cast<double>(bits53(seed_offset[0], seed_offset[1], b)) * 1.1102230246251565e-16;
+      const long long target = min(static_cast<long long>(floor(u * static_cast<double>(w_l))), w_l - 1);
+      answer = locate(r, s, kept, target);
     }
   }
   if (threadIdx.x == 0) out[b] = answer;
@@ -834,7 +585,7 @@ template <typename T>
 __global__ void sample_kernel(int64_t* __restrict__ out, const T* __restrict__ x, int64_t row_stride, int64_t vocab,
                               const int64_t* __restrict__ top_k, const float* __restrict__ top_p,
                               const float* __restrict__ temperature, const int64_t* __restrict__ seed_offset,
-                              bool from_logits, bool bf16);
+                              bool from_logits);
 
 }  // namespace sampling_detail
 
@@ -880,17 +631,14 @@ void top_k_top_p_sampling_launch(rl::Tensor out, rl::Tensor x, rl::Tensor top_k,
   const float* p = has_p ? top_p.data<float>() : nullptr;
   const float* t = has_t ? temperature.data<float>() : nullptr;
 
-  // Step 3: launch a block per row on torch's current stream (rl::launch_dependent checks the launch); bf16 and
-  // fp16 share the kernel of 16-bit words.
+  // Step 3: launch a block per row on torch's current stream (rl::launch_dependent checks the launch).
   const dim3 grid(static_cast<unsigned>(batch));
   const dim3 block(sampling_detail::kThreads);
   rl::dispatch<rl::bf16, rl::fp16, rl::fp32>(x, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using S = std::conditional_t<std::is_same<T, rl::fp32>::value, float, unsigned short>;
-    rl::launch_dependent(sampling_detail::sample_kernel<S>, grid, block, 0, out.data<int64_t>(),
-                         reinterpret_cast<const S*>(x.data<T>()), row_stride, vocab, k, p, t,
-                         static_cast<const int64_t*>(seed_offset.data<int64_t>()), from_logits,
-                         std::is_same<T, rl::bf16>::value);
+    rl::launch_dependent(sampling_detail::sample_kernel<T>, grid, block, 0, out.data<int64_t>(),
+                         static_cast<const T*>(x.data<T>()), row_stride, vocab, k, p, t,
+                         static_cast<const int64_t*>(seed_offset.data<int64_t>()), from_logits);
   });
 }
 RL_EXPORT(top_k_top_p_sampling_launch, "top_k_top_p_sampling_launch(out, x, top_k, top_p, temperature, seed_offset, "
