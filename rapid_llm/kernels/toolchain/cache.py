@@ -135,10 +135,14 @@ def local_sources(source: Path, seen: set[Path] | None = None) -> list[Path]:
     return out
 
 
+#: Flags nvcc reads from the environment and adds to every command line it is given.
+NVCC_ENV_FLAGS = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+
+
 @functools.cache
 def _toolchain_fingerprint() -> str:
-    """Everything outside the sources that changes a binary: torch (version, CUDA tag, C++ ABI), nvcc, NVRTC,
-    the host compiler, Python."""
+    """Everything outside the sources that changes a binary: torch (version, CUDA tag, C++ ABI), nvcc and the
+    flags it takes from the environment, NVRTC, the host compiler, Python."""
     import torch
 
     from rapid_llm.kernels.toolchain.fastpath.device import nvrtc_identity
@@ -148,6 +152,7 @@ def _toolchain_fingerprint() -> str:
              f"nvrtc={nvrtc_identity()}"]
     for tool in (nvcc_path(), os.environ.get("CXX") or shutil.which("g++")):
         parts.append(f"{tool}={_tool_version(tool)}")
+    parts += [f"{name}={os.environ.get(name, '')}" for name in NVCC_ENV_FLAGS]
     return ";".join(parts)
 
 

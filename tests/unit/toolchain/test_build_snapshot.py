@@ -6,6 +6,7 @@ which bytes were built.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -86,7 +87,8 @@ def test_a_header_outside_the_sources_folder_is_snapshotted_with_its_path(tmp_pa
     assert jit.build_jit("answer", src, extra_cuda_cflags=(), builder="test-gcc").module.answer() == 7
 
 
-@pytest.mark.parametrize("change", ["source", "header", "flags", "builder", "compiler", "nvrtc", "arch"])
+@pytest.mark.parametrize("change", ["source", "header", "flags", "nvcc_env_flags", "builder", "compiler", "nvrtc",
+                                    "arch"])
 def test_the_key_changes_with_everything_that_changes_the_binary(change, tmp_path, monkeypatch):
     from rapid_llm.kernels.toolchain.fastpath import device
 
@@ -103,6 +105,8 @@ def test_the_key_changes_with_everything_that_changes_the_binary(change, tmp_pat
         header.write_text("// another header\n")
     elif change == "flags":
         flags = ("-O3", "-lineinfo")
+    elif change == "nvcc_env_flags":  # nvcc adds them to every command it runs
+        monkeypatch.setenv("NVCC_APPEND_FLAGS", os.environ.get("NVCC_APPEND_FLAGS", "") + " -lineinfo")
     elif change == "builder":
         builder = "torch"
     elif change == "compiler":

@@ -50,9 +50,22 @@ def test_low_occupancy_is_notable_and_unknown_archs_are_refused():
         buildfacts.occupancy(KernelFacts("k", arch="sm_70", registers=32), 256)
 
 
+@pytest.fixture
+def optimised_device_pass(monkeypatch):
+    """The build's own flags, without the suite's unoptimised device pass on a machine without a GPU
+    (tests/conftest.py): unoptimised, every device function is a function of its own in ptxas's report. The build
+    cache keys on the flags, so this build and the suite's never share an entry."""
+    from rapid_llm.kernels.toolchain import cache
+
+    monkeypatch.delenv("NVCC_APPEND_FLAGS", raising=False)
+    cache._toolchain_fingerprint.cache_clear()
+    yield
+    cache._toolchain_fingerprint.cache_clear()  # before monkeypatch puts the variable back
+
+
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
                     reason="the fast path needs g++ and nvcc (the device pass) to build the row")
-def test_inspect_of_a_shipped_row_shows_its_kernels_and_code(monkeypatch):
+def test_inspect_of_a_shipped_row_shows_its_kernels_and_code(monkeypatch, optimised_device_pass):
     from rapid_llm.kernels import platform
 
     find = platform.cuda_tool  # as on a machine without the SASS tools

@@ -55,12 +55,6 @@ def test_there_are_shipped_rows_to_check():
     assert len(SHIPPED_ROWS) >= 5, SHIPPED_ROWS
 
 
-#: What CPU CI adds to the build's flags: NVVM (cicc) and ptxas without optimisation. The check is that the source
-#: compiles for the arch: the C++ front end, NVVM and ptxas all run, on the same kernels (the same count of each);
-#: their optimisers were most of the time (all ten rows 50.9 s at -O3, 36.7 s with ptxas at -O0, 15.1 s with both:
-#: the sampler's 17.9 -> 11.1 -> 2.1 s, scaled_fp8_quant's 13.5 -> 8.5 -> 3.3 s), and the GPU suite compiles every
-#: arch with the build's own flags (tests/gpu/unit/toolchain/test_cu_compile_archs.py).
-CPU_CHECK_FLAGS = ("-O3", "-Xcicc=-O0", "-Xptxas=-O0")
 
 
 def check_compiles(source: Path, archs: list[str], flags: tuple[str, ...] = ("-O3",)) -> None:
@@ -77,8 +71,10 @@ def check_compiles(source: Path, archs: list[str], flags: tuple[str, ...] = ("-O
 @pytest.mark.parametrize("source", SHIPPED_ROWS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_shipped_row_compiles_for_the_oldest_arch(source: Path):
     """CPU CI compiles each row for the oldest supported arch this nvcc targets (an intrinsic a newer GPU has is
-    the usual break); tests/gpu/unit/toolchain/test_cu_compile_archs.py compiles every supported arch."""
-    check_compiles(source, list(platform.supported_archs()[:1]), CPU_CHECK_FLAGS)
+    the usual break), with NVVM's and ptxas's optimisers off as every build without a GPU in this suite
+    (tests/conftest.py); tests/gpu/unit/toolchain/test_cu_compile_archs.py compiles every supported arch with the
+    build's own flags."""
+    check_compiles(source, list(platform.supported_archs()[:1]))
 
 
 @needs_toolchain
