@@ -6,9 +6,12 @@ one shape, or fast because it skipped work, can win, and the winner changes with
 rank. Here a candidate is timed only after it passed the same verify as any row (the float64 oracle, the
 defect checks; JIT code in the warm child process, so a crash costs the candidate, not the notebook), and
 timed only by ``bench`` with its integrity checks (fresh content, checked calls, the timer guarded): a
-candidate that fails either is never timed further and never pinned. The winner is pinned per (GPU kind,
-source digest) in a table every process reads (rapid_llm.kernels.registry.pins), so every rank runs the
-same config, and dispatch and explain name it.
+candidate that fails either is never timed further and never pinned. One pass over a space ranks by noise
+as much as by speed (the fastest of many near-equal candidates is the luckiest), so the winner is pinned
+only where interleaved, paired timings against the untuned row (rapid_llm.bench.compare) find it faster
+at one token count at least and slower at none; otherwise the row keeps its own defaults and the result
+says why. A confirmed winner is pinned per (GPU kind, source digest) in a table every process reads
+(rapid_llm.kernels.registry.pins), so every rank runs the same config, and dispatch and explain name it.
 
 The space comes from the row: a CUDA source's ``// rapid_llm tune:`` line (rapid_llm.kernels.toolchain.
 tune_space), or a Triton row's ``tune_space`` (the launcher's keyword arguments).
@@ -25,6 +28,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rapid_llm.bench import paired_stats
+from rapid_llm.bench.compare import Comparison, compare
 from rapid_llm.bench.harness import BenchRefused, bench
 from rapid_llm.bench.ops import floor_call, make_args
 from rapid_llm.kernels import platform
@@ -44,6 +49,11 @@ DEFAULT_TOKENS = (1, 128, 1024, 4096)
 #: What verify checks a candidate at: a one-element call, a tail past every vector width, a few rows of the
 #: bench hidden size; the op's edge cases (odd shapes, strides, special values) run at every size anyway.
 VERIFY_SIZES = (1, 4097, 1 << 16)
+#: Seconds of interleaved pairs (winner against the untuned row) a token count gets before a pin, at least
+#: CONFIRM_PAIRS pairs of CONFIRM_REPEATS calls each: a 3 % difference on an H100 needs about 20 pairs.
+CONFIRM_SECONDS = 2.0
+CONFIRM_PAIRS = 20
+CONFIRM_REPEATS = 10
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -92,6 +102,13 @@ class TuneResult:
     winner: Candidate | None
     pin: pins.Pin | None
     seconds: dict[str, float]
+    confirmation: Comparison | None = None  # the winner (B) against the untuned row (A), interleaved
+    not_pinned: str = ""  # why a winner was not pinned
+
+    @property
+    def confirmed(self) -> bool:
+        """The paired timings found the winner faster than the untuned row somewhere and slower nowhere."""
+        return self.confirmation is not None and beats(self.confirmation)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -117,9 +134,13 @@ class TuneResult:
             speed = f", {self.speedup:.3f}x the untuned row" if self.speedup else ""
             lines.append(f"winner #{self.winner.index} {self.winner.label}: {self.winner.score_us:.2f} us geomean"
                          f" (untuned {_us(self.untuned.score_us)}{speed})")
+            if self.confirmation is not None:
+                lines.append(f"against the untuned row, interleaved: {_verdicts(self.confirmation, self.tokens)}")
             if self.pin is not None:
                 kept = "" if self.pin.config == self.winner.config else " (an earlier pin of this code holds)"
                 lines.append(f"pinned: {self.pin.describe()}{kept}")
+            elif self.not_pinned:
+                lines.append(f"not pinned: {self.not_pinned}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -160,6 +181,31 @@ class TuneResult:
         ax.set_title(f"tune {self.row} on {self.device} ({self.dtype})")
         ax.legend(fontsize=7)
         return ax.figure
+
+
+def beats(comparison: Comparison) -> bool:
+    """B (the winner) is faster than A (the untuned row) at one shape at least and slower at none."""
+    verdicts = [s.verdict for s in comparison.shapes]
+    return paired_stats.FASTER in verdicts and paired_stats.SLOWER not in verdicts
+
+
+def _verdicts(comparison: Comparison, tokens: Sequence[int]) -> str:
+    if comparison.refused:
+        return comparison.refused
+    out = []
+    for t, s in zip(tokens, comparison.shapes):
+        e = s.estimate
+        ci = f", 95% CI {e.low:.3f}-{e.high:.3f}" if math.isfinite(e.low) else ""
+        out.append(f"T={t} {s.verdict} (winner/untuned {e.ratio:.3f}{ci}, {e.pairs} pairs)")
+    return "; ".join(out)
+
+
+def _confirm(untuned: KernelSpec, winner: KernelSpec, op: str, dtype: str, tokens: Sequence[int], per_token: int,
+             device: torch.device, seconds: float) -> Comparison:
+    """The winner against the untuned row, interleaved pairs at each token count (both verified already)."""
+    return compare(untuned, winner, sizes=[t * per_token for t in tokens], dtypes=[dtype], device=device,
+                   verify=False, why=False, seconds=seconds, min_pairs=CONFIRM_PAIRS, repeats=CONFIRM_REPEATS,
+                   host=False)
 
 
 def _us(v: float | None) -> str:
@@ -254,7 +300,8 @@ def _time(c: Candidate, cand: KernelSpec, op: str, dtype: str, tokens: Sequence[
 
 def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16", device: Any = None,
          verify_dtypes: Sequence[str] | None = None, workers: int | None = None, replace: bool = False,
-         limit: int | None = None, pin: bool = True, progress: Progress | None = None) -> TuneResult:
+         limit: int | None = None, pin: bool = True, progress: Progress | None = None,
+         confirm_seconds: float = CONFIRM_SECONDS) -> TuneResult:
     """Tune ``row`` over its declared search space on this device; pin the winner for this GPU kind.
 
     ``tokens`` are token counts of the op's bench case (element counts for an op that declares no
@@ -262,8 +309,9 @@ def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16
     of the row (``verify_dtypes`` to narrow it), and, if it passed, timed at ``tokens`` (the op's bench
     case) in ``dtype``; the fastest geometric mean wins. The untuned row (the source's defaults) is timed
     beside them. The pin is written for (GPU kind, the code's digest); an earlier pin of the same code
-    holds unless ``replace`` (so ranks that tune at once agree). ``limit`` takes the first candidates only;
-    ``pin=False`` reports the winner and writes no table.
+    holds unless ``replace`` (so ranks that tune at once agree), and only a winner that interleaved pairs
+    against the untuned row confirm (``confirm_seconds`` a token count) is pinned. ``limit`` takes the first
+    candidates only; ``pin=False`` reports the winner and writes no table.
     """
     spec = _spec.get_row(row)
     space = _target_space(spec)
@@ -277,6 +325,8 @@ def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16
     tokens = tuple(int(t) for t in tokens)
     if not tokens or min(tokens) < 1:
         raise TuneError(f"tune({row!r}): tokens must be positive token counts, got {tokens!r}")
+    if not confirm_seconds > 0:
+        raise TuneError(f"tune({row!r}): confirm_seconds must be > 0, got {confirm_seconds!r}")
     configs = list(space.configs())
     if limit is not None:
         configs = configs[:limit]
@@ -323,20 +373,37 @@ def tune(row: str, *, tokens: Sequence[int] = DEFAULT_TOKENS, dtype: str = "bf16
                 _time(c, pool_rows[c.index], spec.op, dtype, tokens, device, per_token)
             say("time", n + 1, len(candidates))
         seconds["time"] = time.perf_counter() - t0
+        timed = [c for c in candidates if c.score_us is not None]
+        winner = min(timed, key=lambda c: (c.score_us, c.index)) if timed else None
+        confirmation, not_pinned = None, ""
+        if winner is not None and pin:
+            if untuned.score_us is None:
+                not_pinned = f"the untuned row could not be timed ({untuned.why}), so nothing confirms the winner"
+            else:
+                t0 = time.perf_counter()
+                confirmation = _confirm(base, pool_rows[winner.index], spec.op, dtype, tokens, per_token, device,
+                                        confirm_seconds)
+                seconds["confirm"] = time.perf_counter() - t0
+                slower = [t for t, s in zip(tokens, confirmation.shapes) if s.verdict == paired_stats.SLOWER]
+                if slower:
+                    not_pinned = (f"slower than the untuned row at T={', '.join(map(str, slower))} in interleaved "
+                                  "pairs: the row keeps its defaults")
+                elif not beats(confirmation):
+                    not_pinned = ("its lead over the untuned row is within the timing noise of interleaved pairs: "
+                                  "the row keeps its defaults")
     finally:
         for name in registered:
             try:
                 _spec.unregister(name)
             except RegistryError:
                 pass
-    timed = [c for c in candidates if c.score_us is not None]
-    winner = min(timed, key=lambda c: (c.score_us, c.index)) if timed else None
     held = None
     gpu = platform.device_label(device)
-    if winner is not None and pin:
+    if winner is not None and pin and not not_pinned:
         held = _pin(spec, winner, untuned, gpu, dtype, tokens, len(candidates), replace)
     seconds["total"] = time.perf_counter() - started
-    return TuneResult(row, spec.op, gpu, dtype, tokens, space, candidates, untuned, winner, held, seconds)
+    return TuneResult(row, spec.op, gpu, dtype, tokens, space, candidates, untuned, winner, held, seconds,
+                      confirmation, not_pinned)
 
 
 def _pin(spec: KernelSpec, winner: Candidate, untuned: Candidate, gpu: str, dtype: str, tokens: Sequence[int],

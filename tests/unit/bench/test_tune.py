@@ -85,9 +85,13 @@ def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
     assert f"tuned: {result.winner.label}, pinned for {result.device}" in verdict.reason
     assert [c.index for c in result.candidates if c.state == "pending"] == []
     assert "2 timed, 2 verify_failed" in result.summary()
-    # a second tune of the same code keeps the first pin unless told to replace it
-    again = tune(tunable_row, tokens=(4097,), dtype="fp32", device=DEVICE, limit=1)
-    assert again.pin.config == result.pin.config
+    assert result.confirmed and "against the untuned row, interleaved: T=4097 faster" in result.summary()
+    # a winner slower than the row's defaults (256 a block against 1024: five programs against two) is not pinned,
+    # and the earlier pin stays
+    again = tune(tunable_row, tokens=(1025,), dtype="fp32", device=DEVICE, limit=1)
+    print(result.summary(), again.summary(), sep="\n")
+    assert again.pin is None and "slower than the untuned row at T=1025" in again.not_pinned, again.summary()
+    assert K.get_row(tunable_row).load().keywords == result.winner.config
 
 
 def test_tune_refuses_what_it_cannot_tune():
