@@ -3,6 +3,7 @@ shared by concurrent processes; a JIT row's pinned config in its flags and diges
 candidates compiled, verified in the child and timed) is tests/gpu/unit/bench/test_tune.py."""
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -73,10 +74,19 @@ def scale_wide_default(input: torch.Tensor, factor: float, out: torch.Tensor | N
 
 #: The interpreter serves on CPU (the suite sets TRITON_INTERPRET there); a GPU machine runs the row compiled.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+#: Seconds of paired timings a token count: tune's minimum of pairs alone tells a 4x gap apart.
+CONFIRM_S = 0.5
+
+
+@pytest.fixture(autouse=True)
+def short_confirmation_samples(monkeypatch):
+    """Two calls a sample, not ten: in the interpreter each call is about 15 ms, and the gap the confirmation must
+    see here (0.23-0.25x, or a slower winner) needs the pairs, not long samples; CI spends 4 s on it, not 20."""
+    monkeypatch.setattr(importlib.import_module("rapid_llm.bench.tune"), "CONFIRM_REPEATS", 2)
 
 
 def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
-    result = tune(tunable_row, tokens=(513,), dtype="fp32", device=DEVICE)
+    result = tune(tunable_row, tokens=(513,), dtype="fp32", device=DEVICE, confirm_seconds=CONFIRM_S)
     states = {c.label: c.state for c in result.candidates}
     assert states == {"BLOCK=256 BUG=0": "timed", "BLOCK=2048 BUG=0": "timed",
                       "BLOCK=256 BUG=1": "verify_failed", "BLOCK=2048 BUG=1": "verify_failed"}
@@ -97,7 +107,7 @@ def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
     assert result.confirmed and "against the untuned row, interleaved: T=513 faster" in result.summary()
     # a second tune of the same code keeps the first pin unless told to replace it (its winner, 256 a block, is
     # confirmed faster than the defaults too)
-    again = tune(tunable_row, tokens=(513,), dtype="fp32", device=DEVICE, limit=1)
+    again = tune(tunable_row, tokens=(513,), dtype="fp32", device=DEVICE, limit=1, confirm_seconds=CONFIRM_S)
     print(result.summary(), again.summary(), sep="\n")
     assert again.confirmed and again.pin.config == result.pin.config, again.summary()
     assert "(an earlier pin of this code holds)" in again.summary()
@@ -115,7 +125,7 @@ def test_a_winner_slower_than_the_defaults_is_not_pinned():
                           devices=("cuda", "cpu"), golden=GoldenRecord(verified=False, baseline="native/scale"),
                           tune_space={"BLOCK": [64]}), replace=True)
     try:
-        result = tune(name, tokens=(513,), dtype="fp32", device=DEVICE)
+        result = tune(name, tokens=(513,), dtype="fp32", device=DEVICE, confirm_seconds=CONFIRM_S)
         print(result.summary())
         assert result.winner is not None and not result.confirmed and result.pin is None, result.summary()
         assert "slower than the untuned row at T=513" in result.not_pinned, result.summary()
