@@ -37,7 +37,7 @@ USES_CHECKOUT_CSRC = ("tests/test_readme.py",)
 #: The unit those files make.
 CHECKOUT_CSRC = "the checkout's csrc/"
 #: Units dealt first, in this order (seconds each took in a run of the README's command on CI's two cores, three
-#: workers); the rest follow as loadfile deals them, most tests first. Only the order changes, and a unit that is gone
+#: workers, as it then ran); the rest follow as loadfile deals them, most tests first. Only the order changes, and a unit that is gone
 #: is passed over: a long file of few tests left to the end runs alone while the other workers have nothing left to do
 #: (the Ray sweep, dealt last as a one-test file, once ended a run 25 s after the other workers had finished; tune's
 #: CPU test, six tests, ended one 17 s after them). The order is not simply the longest first: dealt that way (the
