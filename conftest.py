@@ -37,12 +37,12 @@ USES_CHECKOUT_CSRC = ("tests/test_readme.py",)
 #: The unit those files make.
 CHECKOUT_CSRC = "the checkout's csrc/"
 #: Units dealt first, in this order (seconds each took in a run of the README's command on CI's two cores, three
-#: workers, as it then ran); the rest follow as loadfile deals them, most tests first. Only the order changes, and a unit that is gone
-#: is passed over: a long file of few tests left to the end runs alone while the other workers have nothing left to do
-#: (the Ray sweep, dealt last as a one-test file, once ended a run 25 s after the other workers had finished; tune's
-#: CPU test, six tests, ended one 17 s after them). The order is not simply the longest first: dealt that way (the
-#: browser test and the Ray sweep, which keep Chromium, JupyterLab and Ray's daemons busy for as long as they run,
-#: beside the nbval and Triton work at the start) one run took 386.7 s against 337.4 s for this order.
+#: workers, as it then ran); the rest follow as loadfile deals them, most tests first. Only the order changes, and a
+#: unit that is gone is passed over: a long file of few tests left to the end runs alone while the other workers have
+#: nothing left to do (the Ray sweep, dealt last as a one-test file, once ended a run 25 s after the other workers had
+#: finished). The order is not simply the longest first: dealt that way (the browser test and the Ray sweep, which
+#: keep Chromium, JupyterLab and Ray's daemons busy for as long as they run, beside the nbval and Triton work at the
+#: start) one run took 386.7 s against 337.4 s for this order (one run each).
 LONGEST_FIRST = (CHECKOUT_CSRC,  # about 95 s: nbval of seven notebooks, 04's benchmarks among them, and the README
                  "tests/contract/test_rows.py",  # about 80 s, Triton rows in the interpreter
                  "tests/contract/test_custom_ops.py",  # about 70 s, opcheck's AOT tracing of every op
