@@ -114,9 +114,9 @@ def test_flashinfer_arms_time_and_check_a_stand_in_peer(monkeypatch):
         cases, _ours, theirs = bench.BENCHES[name]
         floor = bench.native_function(bench.OPS[name])
         for size, case in cases(run, cpu):
+            if name == "gate":  # as the check saw them: the timing after it may refill the inputs
+                gate_args.append(tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args))
             theirs(run, size, case, fi, floor)
-            if name == "gate":
-                gate_args.append(case.args)
     assert not run.doc["errors"], run.doc["errors"]
     checks = {(c["op"], c["arm"]): c for c in run.doc["checks"]}
     assert checks[("reshape_and_cache_flash", "flashinfer")]["caches_equal_to_floor"] is True
