@@ -122,8 +122,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def device() -> torch.device:
-    """The device rows are exercised on: CUDA when there is one, else CPU (Triton interpreted)."""
-    return torch.device("cuda" if HAS_CUDA else "cpu")
+    """The device rows are exercised on (tests.rows.DEVICE): CUDA when there is one, else CPU (Triton interpreted)."""
+    from tests.rows import DEVICE
+
+    return DEVICE
 
 
 @pytest.fixture(autouse=True)

@@ -22,17 +22,14 @@ from rapid_llm.kernels.dispatch import custom_ops
 from rapid_llm.kernels.ops.attention.merge_attn_states import reference as R
 from rapid_llm.kernels.registry import spec
 from tests.reference import assert_by_compare_mode
+from tests.rows import runnable_rows
 
 OP = "merge_attn_states"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INF = math.inf
 
 
-#: The device the rows run on (tests/conftest.py's ``device`` fixture), known at collection.
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@pytest.fixture(params=[r.name for r in spec.rows_for(OP) if DEVICE.type in r.devices and r.probe(DEVICE)])
+@pytest.fixture(params=[row.name for row in runnable_rows(OP)])
 def row(request):
     """The rows that run here (collected so: a CPU run does not list the CUDA row's matrix as skipped cases;
     tests/contract/test_rows.py skips it once, with the reason)."""

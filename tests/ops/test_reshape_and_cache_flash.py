@@ -21,6 +21,7 @@ from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.verification.golden import verify
 from rapid_llm.kernels.verification.scatter_mode import ScatterTarget, ScatterWrite
 from tests.reference import assert_by_compare_mode
+from tests.rows import runnable_rows
 
 OP = "reshape_and_cache_flash"
 DEFECTS = "tests.unit.verification.defects.cache_defects"
@@ -43,8 +44,7 @@ except ImportError:
 
 
 def cpu_rows() -> dict[str, object]:
-    cpu = torch.device("cpu")
-    return {r.name: r.load() for r in spec.rows_for(OP) if "cpu" in r.devices and r.probe(cpu)}
+    return {row.name: row.load() for row in runnable_rows(OP, "cpu")}
 
 
 def scales(k: float = 1.0, v: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

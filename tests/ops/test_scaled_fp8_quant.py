@@ -27,25 +27,13 @@ from rapid_llm.kernels.ops.quant.scaled_fp8_quant import reference as R
 from rapid_llm.kernels.ops.quant.scaled_fp8_quant.native import MIN_SCALE
 from rapid_llm.kernels.registry import spec
 from tests.reference import assert_by_compare_mode
+from tests.rows import runnable_rows
 
 OP = "scaled_fp8_quant"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: The forms: (label, groups per token or None for per tensor, static)
 FORMS = (("per token", 1, False), ("per tensor", None, False), ("1x128 groups", "g128", False),
          ("static per tensor", None, True))
-
-
-def runnable_rows(device: torch.device) -> list[str]:
-    """The op's rows that run on ``device`` (a Triton row the interpreter gets wrong does not, on a CPU)."""
-    names = []
-    for row in spec.rows_for(OP):
-        if device.type in row.devices and row.probe(device):
-            names.append(row.name)
-    return names
-
-
-#: The device the rows run on (tests/conftest.py's ``device`` fixture), known at collection.
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def make_args(tokens: int, hidden: int, dtype: torch.dtype, device: torch.device, groups, is_static: bool,
@@ -69,7 +57,7 @@ def check(fn, args: tuple) -> dict[str, int]:
                                   lambda i: f"value {i}" if i < n_values else f"scale {i - n_values}")
 
 
-@pytest.fixture(params=runnable_rows(DEVICE))
+@pytest.fixture(params=[row.name for row in runnable_rows(OP)])
 def row(request):
     """The rows that run here (collected so: a CPU run does not list the CUDA row's matrix as skipped cases;
     tests/contract/test_rows.py skips it once, with the reason)."""

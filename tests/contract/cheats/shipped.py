@@ -10,9 +10,8 @@ import pytest
 
 from rapid_llm.bench import bench
 from rapid_llm.kernels import platform
-from rapid_llm.kernels.registry import spec
-from rapid_llm.kernels.registry.spec import KernelSpec
 from rapid_llm.kernels.verification.golden import verify
+from tests.rows import runnable_rows
 
 #: The dtypes each row is timed in, where it takes them.
 BENCH_DTYPES = ("fp32", "bf16")
@@ -20,11 +19,6 @@ BENCH_DTYPES = ("fp32", "bf16")
 #: (tests/contract/test_rows.py says why), and each costs as much interpreter time as fp32. The GPU suite runs
 #: every dtype.
 INTERPRETED_DTYPES = ("fp32",)
-
-
-def runnable_rows(op: str, device: str) -> list[KernelSpec]:
-    """The rows of ``op`` that run on ``device`` here."""
-    return [row for row in spec.rows_for(op) if device in row.devices and row.probe(device)]
 
 
 def shift_verify_seeds(monkeypatch: pytest.MonkeyPatch, seed_offset: int) -> None:

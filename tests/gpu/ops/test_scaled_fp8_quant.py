@@ -18,8 +18,9 @@ import rapid_llm.kernels as K
 from rapid_llm.kernels import platform
 from rapid_llm.kernels.ops.quant.scaled_fp8_quant import reference as R
 from rapid_llm.kernels.registry import spec
-from tests.ops.test_scaled_fp8_quant import DTYPES, FORMS, OP, make_args, runnable_rows
+from tests.ops.test_scaled_fp8_quant import DTYPES, FORMS, OP, make_args
 from tests.reference import assert_rows_by_compare_mode
+from tests.rows import runnable_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +44,7 @@ def test_vllm_matrix_at_4096_tokens(dtype, hidden, form):
     label, groups, is_static = form
     if groups == "g128" and hidden % 128:
         pytest.skip(f"1x128 groups need hidden % 128 == 0 (hidden {hidden})")
-    rows = {name: spec.get_row(name).load() for name in runnable_rows(CUDA)}
+    rows = {row.name: row.load() for row in runnable_rows(OP, CUDA)}
     for name in set(ROWS) - set(rows):
         warnings.warn(f"{name} is left out of vLLM's matrix here: {spec.get_row(name).probe(CUDA).reason}")
     args = make_args(R.VLLM_TOKENS[-1], hidden, dtype, CUDA, groups, is_static)
