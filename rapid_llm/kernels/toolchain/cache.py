@@ -135,14 +135,15 @@ def local_sources(source: Path, seen: set[Path] | None = None) -> list[Path]:
     return out
 
 
-#: Flags nvcc reads from the environment and adds to every command line it is given.
+#: Flags nvcc reads from the environment and adds to every command line it is given. Read at each key, not
+#: with the fingerprint once a process: a notebook may set them between two builds.
 NVCC_ENV_FLAGS = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 
 
 @functools.cache
 def _toolchain_fingerprint() -> str:
-    """Everything outside the sources that changes a binary: torch (version, CUDA tag, C++ ABI), nvcc and the
-    flags it takes from the environment, NVRTC, the host compiler, Python."""
+    """What the process's toolchain is (torch's version, CUDA tag and C++ ABI, nvcc, NVRTC, the host compiler,
+    Python), asked once a process: a toolchain swapped under a running process is not seen."""
     import torch
 
     from rapid_llm.kernels.toolchain.fastpath.device import nvrtc_identity
@@ -152,7 +153,6 @@ def _toolchain_fingerprint() -> str:
              f"nvrtc={nvrtc_identity()}"]
     for tool in (nvcc_path(), os.environ.get("CXX") or shutil.which("g++")):
         parts.append(f"{tool}={_tool_version(tool)}")
-    parts += [f"{name}={os.environ.get(name, '')}" for name in NVCC_ENV_FLAGS]
     return ";".join(parts)
 
 
@@ -202,7 +202,8 @@ def cache_key(source: Path | _snapshot.Snapshot, extra_cuda_cflags: Sequence[str
     snap = source if isinstance(source, _snapshot.Snapshot) else _snapshot.take(source)
     h = hashlib.sha256()
     for part in (builder, Path(snap.source_relpath).name, snap.digest, repr(tuple(extra_cuda_cflags)),
-                 _toolchain_fingerprint(), _arch_list(), target_arch()):
+                 _toolchain_fingerprint(), _arch_list(), target_arch(),
+                 *(f"{name}={os.environ.get(name, '')}" for name in NVCC_ENV_FLAGS)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

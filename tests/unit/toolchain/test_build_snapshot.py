@@ -98,7 +98,8 @@ def test_the_key_changes_with_everything_that_changes_the_binary(change, tmp_pat
     src.write_text('#include "extra.h"\n' + src.read_text())
     before = cache.cache_key(snapshot.take(src), ("-O3",), "fast")
     flags, builder = ("-O3",), "fast"
-    cache._toolchain_fingerprint.cache_clear()
+    if change in ("compiler", "nvrtc"):  # the process's toolchain is asked once; these two pretend it changed
+        cache._toolchain_fingerprint.cache_clear()
     if change == "source":
         src.write_text(src.read_text() + "\n")
     elif change == "header":

@@ -55,12 +55,7 @@ def optimised_device_pass(monkeypatch):
     """The build's own flags, without the suite's unoptimised device pass on a machine without a GPU
     (tests/conftest.py): unoptimised, every device function is a function of its own in ptxas's report. The build
     cache keys on the flags, so this build and the suite's never share an entry."""
-    from rapid_llm.kernels.toolchain import cache
-
     monkeypatch.delenv("NVCC_APPEND_FLAGS", raising=False)
-    cache._toolchain_fingerprint.cache_clear()
-    yield
-    cache._toolchain_fingerprint.cache_clear()  # before monkeypatch puts the variable back
 
 
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nvcc") is None,
