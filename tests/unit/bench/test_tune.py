@@ -72,8 +72,14 @@ def scale_wide_default(input: torch.Tensor, factor: float, out: torch.Tensor | N
     return scale_tunable(input, factor, out, BLOCK=BLOCK)
 
 
-#: The interpreter serves on CPU (the suite sets TRITON_INTERPRET there); a GPU machine runs the row compiled.
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+#: The interpreter serves on CPU (the suite sets TRITON_INTERPRET there).
+DEVICE = "cpu"
+#: The gaps these tests confirm or refute are the interpreter's (a program is a Python loop's turn). Compiled on a
+#: GPU, scale at 513 elements is launch-bound: 64 a block against 2048 measured 4.16 against 4.26 us on an H100, a
+#: tie no confirmation can call either way. tests/gpu/unit/bench/test_tune.py tunes a CUDA row there.
+INTERPRETER_GAPS = pytest.mark.skipif(torch.cuda.is_available(), reason=(
+    "these tests confirm the Triton interpreter's gaps between block sizes, which a machine with CUDA does not run "
+    "(its Triton compiles); tests/gpu/unit/bench/test_tune.py tunes a CUDA row there"))
 #: Seconds of paired timings a token count: tune's minimum of pairs alone tells a 4x gap apart.
 CONFIRM_S = 0.5
 
@@ -85,6 +91,7 @@ def short_confirmation_samples(monkeypatch):
     monkeypatch.setattr(importlib.import_module("rapid_llm.bench.tune"), "CONFIRM_REPEATS", 2)
 
 
+@INTERPRETER_GAPS
 def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
     result = tune(tunable_row, tokens=(513,), dtype="fp32", device=DEVICE, confirm_seconds=CONFIRM_S)
     states = {c.label: c.state for c in result.candidates}
@@ -113,6 +120,7 @@ def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
     assert "(an earlier pin of this code holds)" in again.summary()
 
 
+@INTERPRETER_GAPS
 def test_a_winner_slower_than_the_defaults_is_not_pinned():
     """The space's best (64 a block: 9 programs at 513 elements) against defaults of one program: the paired
     timings say slower, nothing is pinned, and the row keeps its defaults."""
