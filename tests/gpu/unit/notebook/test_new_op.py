@@ -39,9 +39,12 @@ def test_a_new_op_declared_in_a_kernel_ships_whole_and_a_new_process_dispatches_
     nb.cells = [c for c in nb.cells if c.cell_type == "code"]
     for cell in nb.cells:
         cell.outputs = []
-    nb.cells.append(new_code_cell('report = verify("jit/gelu_fast", sanitize=("memcheck",), dtypes=["bf16"])\n'
-                                  'print("SANITIZED", report.passed, report.notes)'))
-    nb.cells.append(new_code_cell("print('SCRATCH=' + str(SCRATCH))"))
+    kept = tmp_path / "scratch"  # the notebook's last cell removes its scratch package: the test checks a copy
+    last = next((i for i, c in enumerate(nb.cells) if "SCRATCH_DIR.cleanup()" in c.source), len(nb.cells))
+    nb.cells[last:last] = [
+        new_code_cell('report = verify("jit/gelu_fast", sanitize=("memcheck",), dtypes=["bf16"])\n'
+                      'print("SANITIZED", report.passed, report.notes)'),
+        new_code_cell(f"import shutil\nshutil.copytree(SCRATCH, {str(kept)!r}, symlinks=True)")]
     work = tmp_path / "work"  # no pyproject.toml above: the cell lands in work/csrc, not the checkout's
     work.mkdir()
     nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
@@ -54,7 +57,7 @@ def test_a_new_op_declared_in_a_kernel_ships_whole_and_a_new_process_dispatches_
     assert (work / "csrc" / "gelu_tanh" / "gelu_fast.cu").is_file()
     sanitized = next(t for t in texts if t.startswith("SANITIZED"))
     assert sanitized.startswith("SANITIZED True") and "compute-sanitizer: memcheck passed" in sanitized, sanitized
-    scratch = Path(next(t for t in texts if t.startswith("SCRATCH=")).strip().split("=", 1)[1])
+    scratch = kept
     package = scratch / "rapid_llm"
     folder = package / "kernels" / "ops" / "gelu_tanh" / "gelu_tanh"
     assert {p.name for p in folder.iterdir()} >= {"__init__.py", "native.py", "reference.py", "gelu_tanh.cu"}
