@@ -3,11 +3,13 @@
 No file outside tests/gpu/ marks anything gpu (a decorator, a module's ``pytestmark``, ``marks=`` of a
 ``pytest.param``), so a machine without CUDA, which does not collect tests/gpu/ (tests/conftest.py), collects
 no GPU-only test and its skip count is the CPU suite's own. Every test file in tests/gpu/ marks its module gpu,
-so one collected by hand on such a machine skips each test with the reason.
+so one collected by hand on such a machine skips each test with the reason. The schedules (the CPU deal in the
+root conftest.py, the GPU suite's in tests/conftest.py) name files and tests that exist.
 """
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,35 @@ def test_the_longest_tests_start_each_workers_share_and_nothing_else_moves_out_o
     assert heads == list(longest[:12])
     rest = [t for t in out if t not in longest]
     assert rest == [t for t in items if t not in longest]
+
+
+# ---- the CPU deal (the root conftest.py: LONGEST_FIRST, csrc_units)
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location("root_conftest", TESTS.parent / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_of_the_cpu_deals_longest_units_names_a_file_that_exists():
+    root = _root_conftest()
+    for unit in root.LONGEST_FIRST:
+        assert (TESTS.parent / unit).is_file(), unit
+
+
+def test_files_that_share_a_cell_in_the_checkouts_csrc_run_in_one_unit():
+    """The races the deal prevents (01's draft of scale_vec read by 04, 08 or the README's test) stay in one unit,
+    and no cell a file saves is named by a file of another unit."""
+    root = _root_conftest()
+    units = root.csrc_units()
+    assert {f for f, unit in units.items() if unit == root.CHECKOUT_CSRC} >= {
+        "notebooks/01_add_jit_kernel.ipynb", "notebooks/04_benchmarking.ipynb", "notebooks/08_inside_a_kernel.ipynb",
+        "tests/test_readme.py"}
+    codes = {f: root._code(TESTS.parent / f) for f in units}
+    for saver, code in codes.items():
+        cells = {a or b for a, b in root.SAVED_CELL.findall(code)}
+        assert cells or "csrc" in code, f"{saver} uses csrc/ but saves no cell the deal can read"
+        for other, text in codes.items():
+            if units[other] != units[saver]:
+                assert not any(cell in text for cell in cells), (saver, other, cells)
