@@ -3,6 +3,7 @@ shared by concurrent processes; a JIT row's pinned config in its flags and diges
 candidates compiled, verified in the child and timed) is tests/gpu/unit/bench/test_tune.py."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import multiprocessing
@@ -50,20 +51,28 @@ def scale_tunable(input: torch.Tensor, factor: float, out: torch.Tensor | None =
     return out
 
 
-@pytest.fixture
-def tunable_row():
-    """The row, and on CPU the interpreter let serve it, so explain's verdict is the dispatch rule's."""
+@contextlib.contextmanager
+def interpreted_row(name: str, target, space: dict):
+    """A Triton row of scale tuned over ``space``, served by the interpreter on CPU (so explain's verdict is the
+    dispatch rule's), unregistered after."""
     from rapid_llm.kernels.toolchain import triton_support
 
     triton_support.serve_interpreter(True)
-    name = "triton/scale_tunable"
-    K.register(KernelSpec(name=name, op="scale", backend="triton", target=scale_tunable,
+    K.register(KernelSpec(name=name, op="scale", backend="triton", target=target,
                           available="rapid_llm.kernels.toolchain.triton_support:available", dtypes=("fp32",),
                           devices=("cuda", "cpu"), golden=GoldenRecord(verified=False, baseline="native/scale"),
-                          tune_space={"BLOCK": [256, 2048], "BUG": [0, 1]}), replace=True)
-    yield name
-    K.unregister(name)
-    triton_support.serve_interpreter(None)
+                          tune_space=space), replace=True)
+    try:
+        yield name
+    finally:
+        K.unregister(name)
+        triton_support.serve_interpreter(None)
+
+
+@pytest.fixture
+def tunable_row():
+    with interpreted_row("triton/scale_tunable", scale_tunable, {"BLOCK": [256, 2048], "BUG": [0, 1]}) as name:
+        yield name
 
 
 def scale_wide_default(input: torch.Tensor, factor: float, out: torch.Tensor | None = None, *,
@@ -74,9 +83,8 @@ def scale_wide_default(input: torch.Tensor, factor: float, out: torch.Tensor | N
 
 #: The interpreter serves on CPU (the suite sets TRITON_INTERPRET there).
 DEVICE = "cpu"
-#: The gaps these tests confirm or refute are the interpreter's (a program is a Python loop's turn). Compiled on a
-#: GPU, scale at 513 elements is launch-bound: 64 a block against 2048 measured 4.16 against 4.26 us on an H100, a
-#: tie no confirmation can call either way. tests/gpu/unit/bench/test_tune.py tunes a CUDA row there.
+#: Compiled on a GPU, scale at 513 elements is launch-bound (64 a block against 2048: 4.16 against 4.26 us on an
+#: H100), a tie no confirmation can call either way.
 INTERPRETER_GAPS = pytest.mark.skipif(torch.cuda.is_available(), reason=(
     "these tests confirm the Triton interpreter's gaps between block sizes, which a machine with CUDA does not run "
     "(its Triton compiles); tests/gpu/unit/bench/test_tune.py tunes a CUDA row there"))
@@ -118,29 +126,19 @@ def test_tune_verifies_times_and_pins_a_triton_row(tunable_row):
     print(result.summary(), again.summary(), sep="\n")
     assert again.confirmed and again.pin.config == result.pin.config, again.summary()
     assert "(an earlier pin of this code holds)" in again.summary()
+    assert K.get_row(tunable_row).load().keywords == result.winner.config  # and dispatch still runs it
 
 
 @INTERPRETER_GAPS
 def test_a_winner_slower_than_the_defaults_is_not_pinned():
     """The space's best (64 a block: 9 programs at 513 elements) against defaults of one program: the paired
     timings say slower, nothing is pinned, and the row keeps its defaults."""
-    from rapid_llm.kernels.toolchain import triton_support
-
-    triton_support.serve_interpreter(True)
-    name = "triton/scale_wide_default"
-    K.register(KernelSpec(name=name, op="scale", backend="triton", target=scale_wide_default,
-                          available="rapid_llm.kernels.toolchain.triton_support:available", dtypes=("fp32",),
-                          devices=("cuda", "cpu"), golden=GoldenRecord(verified=False, baseline="native/scale"),
-                          tune_space={"BLOCK": [64]}), replace=True)
-    try:
+    with interpreted_row("triton/scale_wide_default", scale_wide_default, {"BLOCK": [64]}) as name:
         result = tune(name, tokens=(513,), dtype="fp32", device=DEVICE, confirm_seconds=CONFIRM_S)
         print(result.summary())
         assert result.winner is not None and not result.confirmed and result.pin is None, result.summary()
         assert "slower than the untuned row at T=513" in result.not_pinned, result.summary()
         assert K.get_row(name).load() is scale_wide_default  # dispatch's view: the defaults, no config bound
-    finally:
-        K.unregister(name)
-        triton_support.serve_interpreter(None)
 
 
 def test_tune_refuses_what_it_cannot_tune():
