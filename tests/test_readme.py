@@ -18,8 +18,13 @@ def test_readme_starts_with_two_setup_commands():
 
 
 def test_ci_runs_the_readme_test_command():
+    """.ci/run reads the command from the README and runs its install beside Chromium's, then its tests: the
+    command keeps the form it splits ("pip install ... && python -m pytest ...", once), or runs whole after it."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert "README.md" in ci and "bash -c" in ci
+    assert " && python -m pytest *}" in ci
+    test = _commands()[1]
+    assert test.count(" && python -m pytest ") == 1 and test.startswith("pip install"), test
 
 
 def test_the_notebook_transcript_runs_as_written(tmp_path, monkeypatch):
